@@ -1,0 +1,1 @@
+"""Datasets: the classes that give a participant its inputs, plus small sample data."""

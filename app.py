@@ -1,0 +1,67 @@
+"""The ``tracr`` command: argument parsing, error mapping, output. Thin by design."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+__version__ = "0.1.0"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from app_api.cli import GROUPS
+
+    parser = argparse.ArgumentParser(
+        prog="tracr",
+        description="tracr: a test-bed for split computing (cooperative inference).",
+    )
+    parser.add_argument("--version", action="version", version=f"tracr {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="group", metavar="COMMAND")
+    for group in GROUPS:
+        module = importlib.import_module(f"app_api.cli.{group}")
+        module.register(sub)
+    return parser
+
+
+def _setup_logging(debug: bool) -> None:
+    level = logging.DEBUG if debug else logging.WARNING
+    try:
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(show_path=False, rich_tracebacks=debug)
+        fmt = "%(message)s"
+    except ImportError:  # pragma: no cover - rich is a dependency
+        handler = logging.StreamHandler()
+        fmt = "%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, handlers=[handler])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if args.group is None else 2
+    _setup_logging(args.debug)
+    from experiment_design.errors import TracrError
+
+    try:
+        code = args.func(args)
+    except TracrError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

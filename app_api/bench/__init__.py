@@ -1,0 +1,13 @@
+"""Benchmarks of the test-bed itself: how much tracr perturbs what it measures.
+
+Each module here exposes ``add_arguments(parser)`` (optional) and ``run(args) -> dict``;
+the dict is printed as JSON with ``--json``, or as a table otherwise. Targets are
+reported as ratios measured side by side in one run, so a noisy machine shifts both
+sides of a ratio together.
+"""
+
+BENCHMARKS = {
+    "overhead": "per-layer timing and suffix-only execution versus plain PyTorch",
+    "transport": "participant data path versus a raw TCP socket",
+    "deploy": "zero-deploy: time to all participants ready, and teardown time",
+}

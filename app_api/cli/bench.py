@@ -1,0 +1,60 @@
+"""`tracr bench NAME`: benchmarks of the test-bed's own overhead."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+
+from app_api.bench import BENCHMARKS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure how much tracr perturbs what it measures")
+    names = p.add_subparsers(dest="bench", metavar="NAME")
+    for name, text in BENCHMARKS.items():
+        bp = names.add_parser(name, help=text)
+        bp.add_argument("--json", action="store_true", help="print the result as JSON")
+        try:
+            module = importlib.import_module(f"app_api.bench.{name}")
+        except ImportError:
+            module = None
+        if module is not None and hasattr(module, "add_arguments"):
+            module.add_arguments(bp)
+        bp.set_defaults(func=_run, bench_name=name)
+    p.set_defaults(func=lambda args: p.print_help())
+
+
+def _run(args: argparse.Namespace) -> int:
+    from experiment_design.errors import TracrError
+
+    try:
+        module = importlib.import_module(f"app_api.bench.{args.bench_name}")
+    except ImportError as exc:
+        raise TracrError(f"benchmark '{args.bench_name}' is not available: {exc}") from exc
+    result = module.run(args)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        _print_table(args.bench_name, result)
+    return int(result.get("exit_code", 0)) if isinstance(result, dict) else 0
+
+
+def _print_table(name: str, result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"tracr bench {name}")
+    table.add_column("key")
+    table.add_column("value", justify="right")
+    for key, value in _flatten(result):
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for key, value in d.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value

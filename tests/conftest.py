@@ -1,0 +1,53 @@
+"""Shared fixtures and the skip rules for SSH and lab tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sshd_path() -> str | None:
+    for cand in ("/usr/sbin/sshd", shutil.which("sshd") or ""):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def _netns_ok() -> bool:
+    if sys.platform != "linux" or os.geteuid() != 0 or not shutil.which("ip"):
+        return False
+    probe = "tracr-probe-ns"
+    ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
+    if ok:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return ok
+
+
+def pytest_collection_modifyitems(config, items):
+    need_ssh = any("ssh" in item.keywords or "lab" in item.keywords for item in items)
+    sshd = _sshd_path() if need_ssh else None
+    netns = _netns_ok() if any("lab" in item.keywords for item in items) else False
+    for item in items:
+        if "ssh" in item.keywords and not sshd:
+            item.add_marker(pytest.mark.skip(reason="no sshd (apt-get install openssh-server)"))
+        if "lab" in item.keywords and not (netns and sshd):
+            item.add_marker(
+                pytest.mark.skip(reason="lab tests need root, network namespaces and sshd")
+            )
+
+
+def pytest_configure(config):
+    """Keep the whole session away from the user's real device registry and results."""
+    import tempfile
+
+    cfg = Path(tempfile.mkdtemp(prefix="tracr-test-config-"))
+    os.environ["TRACR_CONFIG_DIR"] = str(cfg)
+    os.environ["TRACR_DEVICES"] = str(cfg / "devices.yaml")
+    os.environ["TRACR_RESULTS_DIR"] = str(cfg / "results")
