@@ -48,6 +48,13 @@ def pytest_configure(config):
     import tempfile
 
     cfg = Path(tempfile.mkdtemp(prefix="tracr-test-config-"))
+    config._tracr_config_dir = cfg
     os.environ["TRACR_CONFIG_DIR"] = str(cfg)
     os.environ["TRACR_DEVICES"] = str(cfg / "devices.yaml")
     os.environ["TRACR_RESULTS_DIR"] = str(cfg / "results")
+
+
+def pytest_unconfigure(config):
+    cfg = getattr(config, "_tracr_config_dir", None)
+    if cfg is not None:
+        shutil.rmtree(cfg, ignore_errors=True)

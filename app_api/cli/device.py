@@ -1,10 +1,223 @@
-"""`tracr device` commands."""
+"""`tracr device pair/check/ls/rm`: the registry of devices experiments run on."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+
+def _devices_option(p: argparse.ArgumentParser, top: bool) -> None:
+    p.add_argument(
+        "--devices", metavar="PATH", default=None if top else argparse.SUPPRESS,
+        help="device registry file (default: $TRACR_DEVICES or $TRACR_CONFIG_DIR/devices.yaml)",
+    )  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("device", help="device commands (not yet available)")
+    """Add `tracr device ...` to the CLI."""
+    p = sub.add_parser("device", help="pair, check, list and remove devices")
+    _devices_option(p, top=True)
+    cmds = p.add_subparsers(dest="device_cmd", metavar="CMD")
+
+    pp = cmds.add_parser("pair", help="pair a device over SSH (wizard when flags are missing)")
+    _devices_option(pp, top=False)
+    pp.add_argument("--name", help="device name used in manifests")
+    pp.add_argument("--host", help="host name or address for SSH")
+    pp.add_argument("--user", help="SSH user")
+    pp.add_argument("--port", type=int, help="SSH port (default 22)")
+    pp.add_argument(
+        "--key", help="private key path (default ~/.ssh/id_ed25519, else one tracr creates)"
+    )
+    pp.add_argument("--python", help="python interpreter on the device (default python3)")
+    pp.add_argument("--data-host", help="address partners use for the data path (default: --host)")
+    pp.add_argument("--description", help="free text")
+    pp.add_argument("--tag", action="append", dest="tags", help="a tag (repeatable)")
+    pp.add_argument("--yes", action="store_true", help="answer yes (e.g. to creating a key pair)")
+    pp.add_argument(
+        "--password-stdin", action="store_true", help="read the SSH password from stdin"
+    )
+    pp.add_argument("--rekey", action="store_true", help="accept and record a changed host key")
+    pp.set_defaults(func=_pair)
+
+    cp = cmds.add_parser(
+        "check", help="probe devices: reachable, login, python, torch, accelerator"
+    )
+    _devices_option(cp, top=False)
+    cp.add_argument("names", nargs="*", metavar="NAME", help="devices to check (default: all)")
+    cp.add_argument("--json", action="store_true", help="print the results as JSON")
+    cp.set_defaults(func=_check)
+
+    lp = cmds.add_parser("ls", help="list devices with their last known status")
+    _devices_option(lp, top=False)
+    lp.add_argument("--check", action="store_true", help="probe every device first")
+    lp.add_argument("--json", action="store_true", help="print as JSON")
+    lp.set_defaults(func=_ls)
+
+    rp = cmds.add_parser("rm", help="remove a device from the registry")
+    _devices_option(rp, top=False)
+    rp.add_argument("name", metavar="NAME")
+    rp.set_defaults(func=_rm)
+
     p.set_defaults(func=lambda args: p.print_help())
+
+
+def export_devices_path(args: argparse.Namespace) -> None:
+    """Honour `--devices PATH`: exported so everything downstream (and subprocesses) sees it."""
+    path = getattr(args, "devices", None)
+    if path:
+        os.environ["TRACR_DEVICES"] = os.path.abspath(os.path.expanduser(path))
+
+
+def _ask_yes(question: str) -> bool:
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _wizard(args: argparse.Namespace) -> None:
+    def ask(label: str, current, default=None):
+        if current is not None:
+            return current
+        shown = f" [{default}]" if default is not None else ""
+        value = input(f"{label}{shown}: ").strip()
+        return value or default
+
+    args.name = ask("device name", args.name)
+    args.host = ask("host", args.host)
+    args.user = ask("user", args.user, os.environ.get("USER") or "root")
+    args.port = int(ask("port", args.port, 22))
+    args.python = ask("python on the device", args.python, "python3")
+
+
+def _pair(args: argparse.Namespace) -> int:
+    export_devices_path(args)
+    from app_api.devices.pairing import PairRequest, pair
+    from app_api.devices.probe import describe
+    from experiment_design.errors import TracrError
+
+    interactive = sys.stdin.isatty() and not args.password_stdin
+    if interactive and (args.name is None or (args.host is None and not args.rekey)):
+        _wizard(args)
+    if not args.name:
+        raise TracrError(
+            "--name is required.", hint="tracr device pair --name NAME --host HOST --user USER"
+        )
+    password = None
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+
+    def ask_password(prompt: str) -> str:
+        import getpass
+
+        return getpass.getpass(prompt)
+
+    req = PairRequest(
+        name=args.name, host=args.host, user=args.user, port=args.port, key=args.key,
+        python=args.python, data_host=args.data_host, description=args.description,
+        tags=args.tags, yes=args.yes, rekey=args.rekey, password=password,
+        ask=_ask_yes if interactive else None, ask_password=ask_password if interactive else None,
+    )  # fmt: skip
+    dev = pair(req)
+    status = (dev.last_check or {}).get("status", "?")
+    print(
+        f"paired {dev.name}: {dev.target}:{dev.port}  status: {status}  {describe(dev.last_check)}"
+    )
+    return 0 if status == "ok" else 1
+
+
+def _probe_any(dev):
+    from app_api.devices.probe import probe, probe_local
+
+    return probe_local() if dev.builtin else probe(dev)
+
+
+def _check(args: argparse.Namespace) -> int:
+    export_devices_path(args)
+    import json
+
+    from app_api.devices.registry import DeviceRegistry
+
+    reg = DeviceRegistry.load()
+    names = args.names or reg.names()
+    devices = [reg.get(n) for n in names]  # unknown names fail before any probe
+    results = {}
+    for dev in devices:
+        dev.last_check = _probe_any(dev)
+        results[dev.name] = dev.last_check
+        if not dev.builtin:
+            reg.add(dev)
+    if any(not d.builtin for d in devices):
+        reg.save()
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print_table(devices, detail=True)
+    return 0 if all(r.get("status") == "ok" for r in results.values()) else 1
+
+
+def _rows(devices) -> list[dict]:
+    from app_api.devices.probe import describe
+
+    rows = []
+    for d in devices:
+        chk = d.last_check or {}
+        rows.append({
+            "name": d.name, "status": chk.get("status", "ok" if d.builtin else "never checked"),
+            "address": "local" if d.builtin else f"{d.target}:{d.port}", "data_host": d.address,
+            "python": d.python, "detail": describe(chk) if chk else "", "tags": d.tags,
+            "description": d.description, "checked_at": chk.get("checked_at"), "last_check": chk or None,
+        })  # fmt: skip
+    return rows
+
+
+def _print_table(devices, detail: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"ok": "green", "never checked": "dim"}
+    table = Table(title="tracr devices")
+    for col in ("name", "status", "address", "python", "torch / accelerator", "tags", "checked"):
+        table.add_column(col)
+    for row in _rows(devices):
+        colour = colours.get(row["status"], "red")
+        table.add_row(
+            row["name"], f"[{colour}]{row['status']}[/{colour}]", row["address"], row["python"],
+            row["detail"], ",".join(row["tags"]), row["checked_at"] or "",
+        )  # fmt: skip
+    Console().print(table)
+    if detail:
+        for d in devices:
+            err = (d.last_check or {}).get("error")
+            if err and (d.last_check or {}).get("status") != "ok":
+                print(f"\n{d.name}: {d.last_check['status']}\n{err}", file=sys.stderr)
+
+
+def _ls(args: argparse.Namespace) -> int:
+    export_devices_path(args)
+    import json
+
+    from app_api.devices.registry import DeviceRegistry
+
+    reg = DeviceRegistry.load()
+    devices = reg.devices()
+    if args.check:
+        for dev in devices:
+            dev.last_check = _probe_any(dev)
+            if not dev.builtin:
+                reg.add(dev)
+        reg.save()
+    if args.json:
+        print(json.dumps(_rows(devices), indent=2, default=str))
+    else:
+        _print_table(devices)
+    return 0
+
+
+def _rm(args: argparse.Namespace) -> int:
+    export_devices_path(args)
+    from app_api.devices.registry import DeviceRegistry
+
+    reg = DeviceRegistry.load()
+    dev = reg.remove(args.name)
+    reg.save()
+    print(f"removed {dev.name} ({dev.target}:{dev.port}); its key and known_hosts entry were kept")
+    return 0

@@ -1,10 +1,181 @@
-"""`tracr lab` commands."""
+"""`tracr lab`: emulated SSH hosts with shaped links on this machine (Linux, root)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+
+_RATE_HELP = (
+    "link rate per direction, e.g. 4MB/s, 1.5MB/s, 32Mbit, 100mbps or a plain number of "
+    "bytes/s. MB = 10^6 bytes, MiB = 2^20 bytes; 'bit' and 'bps' mean bits per second "
+    "(100mbps = 12.5 MB/s, unlike tc where mbps means megabytes)"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lab", help="lab commands (not yet available)")
+    p = sub.add_parser(
+        "lab",
+        help="emulated devices: network namespaces + sshd + shaped links (Linux, root)",
+        description="Emulated devices on this machine: each host is a network namespace with "
+        "its own sshd, paired as lab-1..lab-N, joined by a bridge with shaped links.",
+    )
+    cmds = p.add_subparsers(dest="lab_cmd", metavar="CMD")
+
+    up = cmds.add_parser("up", help="create the lab hosts, pair them, shape and measure the link")
+    up.add_argument("--hosts", type=int, default=2, help="number of hosts (default 2)")
+    up.add_argument("--bandwidth", metavar="RATE", help=_RATE_HELP)
+    up.add_argument(
+        "--delay",
+        type=float,
+        metavar="MS",
+        help="one-way delay added on each host's egress, in ms (needs the netem qdisc)",
+    )
+    up.add_argument(
+        "--cpu-quota",
+        nargs="+",
+        default=[],
+        metavar="HOST=CORES",
+        help="CPU quota per host as a fraction of one core, e.g. lab-1=0.25 (1.5 = 1.5 cores)",
+    )
+    up.add_argument("--no-verify", action="store_true", help="skip measuring the link")
+    up.add_argument("--json", action="store_true", help="print the state as JSON")
+    up.set_defaults(func=_up)
+
+    ls = cmds.add_parser("ls", help="show the lab hosts and the link (configured vs measured)")
+    ls.add_argument("--json", action="store_true", help="print the state as JSON")
+    ls.set_defaults(func=_ls)
+
+    down = cmds.add_parser(
+        "down", help="remove every host, link, process, cgroup and key of the lab"
+    )
+    down.add_argument("--json", action="store_true", help="print what was removed as JSON")
+    down.set_defaults(func=_down)
+
+    shape = cmds.add_parser("shape", help="re-shape the running lab and re-measure the link")
+    shape.add_argument(
+        "--bandwidth", metavar="RATE", help=_RATE_HELP + "; omit to remove the limit"
+    )
+    shape.add_argument(
+        "--delay", type=float, metavar="MS", help="one-way delay per host egress (netem)"
+    )
+    shape.add_argument("--no-verify", action="store_true", help="skip measuring the link")
+    shape.add_argument("--json", action="store_true", help="print the link report as JSON")
+    shape.set_defaults(func=_shape)
+
     p.set_defaults(func=lambda args: p.print_help())
+
+
+def _say(args: argparse.Namespace):
+    if getattr(args, "json", False):
+        return lambda msg: None
+    return lambda msg: print(f"  {msg}", flush=True)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from app_api import lab
+
+    if not args.json:
+        print(f"tracr lab up: {args.hosts} host(s)", flush=True)
+    state = lab.up(
+        hosts=args.hosts,
+        bandwidth=args.bandwidth,
+        delay_ms=args.delay,
+        cpu_quota=args.cpu_quota,
+        verify=not args.no_verify,
+        say=_say(args),
+    )
+    if args.json:
+        print(json.dumps(state, indent=2))
+    else:
+        _print_status(lab.status())
+        print(
+            "use the hosts as devices lab-1 ... in manifests; 'tracr lab down' removes everything"
+        )
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from app_api import lab
+
+    state = lab.status()
+    if args.json:
+        print(json.dumps(state or {}, indent=2))
+    elif state is None:
+        print("no tracr lab is up (start one: tracr lab up --hosts 2 --bandwidth 4MB/s)")
+    else:
+        _print_status(state)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from app_api import lab
+
+    removed = lab.down(say=_say(args))
+    if args.json:
+        print(json.dumps(removed, indent=2))
+    elif not any(removed.values()):
+        print("nothing to remove: no tracr lab is up")
+    else:
+        print("tracr lab is down")
+    return 0
+
+
+def _shape(args: argparse.Namespace) -> int:
+    from app_api import lab
+
+    report = lab.shape(
+        bandwidth=args.bandwidth, delay_ms=args.delay, verify=not args.no_verify, say=_say(args)
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_status(lab.status())
+    return 0
+
+
+def _print_status(state: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from app_api.lab import format_rate
+
+    console = Console()
+    hosts = Table(title="tracr lab hosts")
+    for col in ("name", "netns", "address", "sshd pid", "alive", "cpu quota", "cpu measured"):
+        hosts.add_column(col)
+    for h in state["hosts"]:
+        quota = h.get("cpu_quota")
+        measured = h.get("cpu_measured")
+        hosts.add_row(
+            h.get("name", "?"),
+            h.get("ns", "?"),
+            h.get("address", "?"),
+            str(h.get("sshd_pid") or "-"),
+            "[green]yes[/]" if h.get("alive") else "[red]no[/]",
+            "-" if quota is None else f"{quota:g} core",
+            "-" if measured is None else f"{measured:.3f} core",
+        )
+    console.print(hosts)
+    shaping = state.get("shaping") or {}
+    m = state.get("measured") or {}
+    link = Table(title="link (each host's egress)")
+    link.add_column("")
+    link.add_column("configured")
+    link.add_column("measured" + (f" ({m['src']} -> {m['dst']})" if m else ""))
+    link.add_row(
+        "rate",
+        format_rate(shaping.get("bandwidth_Bps")) if shaping.get("bandwidth_Bps") else "unshaped",
+        format_rate(m.get("rate_Bps")) + " TCP payload" if m else "-",
+    )
+    delay = shaping.get("delay_ms")
+    link.add_row(
+        "rtt",
+        f"+{2 * delay:g} ms (2 x {delay:g} ms)" if delay else "-",
+        f"{m['rtt_ms']:.3f} ms median (p95 {m['rtt_ms_p95']:.3f})" if m else "-",
+    )
+    link.add_row("qdisc", str(shaping.get("qdisc") or "none"), "")
+    console.print(link)
+    if not state.get("complete"):
+        console.print(
+            "[yellow]the lab is incomplete (lab up did not finish); run 'tracr lab down'[/]"
+        )

@@ -1,0 +1,134 @@
+"""`tracr bench deploy`: time zero-deploy of a cloud+edge pair, and its teardown.
+
+``ready_s`` runs from the first SSH connection to both participants answering
+``hello()`` over their tunnels (both deployed concurrently, as the runner does);
+``teardown_s`` from ``stop()`` to both processes and temp dirs gone. Each
+repeat is a full cold deploy into fresh temp dirs; medians are reported with
+every sample. With no device named, a throwaway sshd on 127.0.0.1 stands in
+for two devices (or the built-in localhost when sshd is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+TARGET_READY_S = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `tracr bench deploy`."""
+    parser.add_argument("targets", nargs="*", metavar="DEVICE",
+                        help="cloud device, then edge device (default: a loopback sshd)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=3, help="cold deploys to time (default 3)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per participant")
+
+
+def _launchers(targets: list[str]):
+    from app_api.devices import get_device, launcher_for_device
+
+    cloud, edge = (targets + targets)[:2] if targets else ("", "")
+    return [
+        (role, name, launcher_for_device(get_device(name)))
+        for role, name in (("cloud", cloud), ("edge", edge))
+    ]
+
+
+def _one_round(launchers, threads: int) -> dict:
+    from app_api.runner.launcher import ParticipantSpec
+
+    def start(item):
+        role, name, launcher = item
+        spec = ParticipantSpec(instance=f"{role}-1", role=role, device=name, threads=threads,
+                               secret=secrets.token_bytes(32))  # fmt: skip
+        handle = launcher.start(spec)
+        try:
+            handle.conn.root.hello()
+        except BaseException:
+            handle.stop()
+            raise
+        return handle
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(launchers)) as pool:
+        futures = [pool.submit(start, item) for item in launchers]
+        handles, errors = [], []
+        for f in futures:
+            try:
+                handles.append(f.result())
+            except BaseException as exc:  # keep tearing down what did start
+                errors.append(exc)
+    ready = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    with ThreadPoolExecutor(max(1, len(handles))) as pool:
+        list(pool.map(lambda h: h.stop(), handles))
+    teardown = time.perf_counter() - t1
+    if errors:
+        raise errors[0]
+    leftovers = [f"{h.instance}: {item}" for h in handles for item in h.leftovers()]
+    phases = {
+        h.instance: {k: round(v, 4) for k, v in getattr(h, "timings", {}).items()} for h in handles
+    }
+    return {"ready_s": ready, "teardown_s": teardown, "leftovers": leftovers, "phases": phases}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Deploy a cloud+edge pair ``--repeats`` times; medians of ready and teardown times."""
+    import os
+
+    from app_api.devices.bundle import build_bundle
+
+    repeats = max(1, int(getattr(args, "repeats", 3)))
+    load_before = os.getloadavg()[0]  # context: other work on the same cores slows torch import
+    targets = list(getattr(args, "targets", []) or [])
+    sshd = None
+    if not targets:
+        from app_api.devices.loopback import SSHD, start_loopback_sshd
+
+        if os.path.exists(SSHD):
+            sshd = start_loopback_sshd()
+        else:
+            targets = ["localhost"]
+    try:
+        if sshd is not None:
+            from app_api.devices import launcher_for_device
+
+            dev = sshd.device("loopback")
+            launchers = [(r, dev.name, launcher_for_device(dev)) for r in ("cloud", "edge")]
+            where = f"loopback sshd {sshd.host}:{sshd.port}"
+        else:
+            launchers = _launchers(targets)
+            where = ", ".join(f"{r}={n}" for r, n, _ in launchers)
+        t = time.perf_counter()
+        bundle = build_bundle()
+        bundle_s = time.perf_counter() - t
+        rounds = [
+            _one_round(launchers, int(getattr(args, "threads", 1) or 1)) for _ in range(repeats)
+        ]
+    finally:
+        if sshd is not None:
+            sshd.stop()
+    ready = [r["ready_s"] for r in rounds]
+    teardown = [r["teardown_s"] for r in rounds]
+    leftovers = sorted({x for r in rounds for x in r["leftovers"]})
+    med = statistics.median(ready)
+    return {
+        "devices": where,
+        "repeats": repeats,
+        "observer_load_1m_before": round(load_before, 2),
+        "ready_s": round(med, 3),
+        "ready_s_samples": [round(x, 3) for x in ready],
+        "target_ready_s": TARGET_READY_S,
+        "ready_within_target": med <= TARGET_READY_S,
+        "teardown_s": round(statistics.median(teardown), 3),
+        "teardown_s_samples": [round(x, 3) for x in teardown],
+        "bundle_bytes": len(bundle),
+        "bundle_build_s": round(bundle_s, 3),
+        "phases_last_round": rounds[-1]["phases"],
+        "leftovers": leftovers,
+        "clean": not leftovers,
+        "exit_code": 0 if not leftovers else 1,
+    }

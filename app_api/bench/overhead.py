@@ -1,0 +1,172 @@
+"""`tracr bench overhead`: what per-layer timing and suffix-only execution cost.
+
+Two ratios, each measured interleaved (A, B, A, B, ... with the order flipped
+every round so drift hits both sides), batch 1, CPU, one thread, medians after
+a separate warm-up:
+
+- ``timing_overhead_ratio``: a full forward through the split engine with
+  per-layer timing on, over plain ``model(x)``; per model.
+  ``aa_ratio`` is plain over plain, run in the same rotation: the noise floor;
+  ``instrumentation_bound_ratio`` is what the clock reads alone can add.
+- ``suffix_ratio``: ``SplitModel.run_suffix(k)`` for a cut inside resnet18's
+  layer2 where a skip connection crosses, over the same sub-graph built
+  independently with ``torch.fx.passes.split_module`` (no tracr code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+MODELS = ("alexnet", "resnet18")
+TARGETS = {"timing_overhead_ratio": 1.05, "suffix_ratio": 1.05}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tracr bench overhead``."""
+    parser.add_argument("--repeats", type=int, default=30, help="measured rounds per pair")
+    parser.add_argument("--warmup", type=int, default=3, help="unmeasured rounds first")
+
+
+def _interleaved(
+    fns: list[Callable[[], object]], repeats: int, warmup: int, rounds: list | None = None
+) -> list[float]:
+    """Median ms of each callable, run round-robin with the order rotated every round.
+
+    ``rounds``, if given, receives each round's list of ms (for paired ratios).
+    """
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(repeats):
+        for j in range(len(fns)):
+            i = (j + r) % len(fns)
+            t0 = time.perf_counter_ns()
+            fns[i]()
+            times[i].append((time.perf_counter_ns() - t0) / 1e6)
+        if rounds is not None:
+            rounds.append([t[-1] for t in times])
+    return [statistics.median(t) for t in times]
+
+
+def _clock_read_ns(reads: int = 20000) -> float:
+    """Median cost of one ``perf_counter_ns`` read (ns), from 20 batches."""
+    costs = []
+    for _ in range(20):
+        t0 = time.perf_counter_ns()
+        for _ in range(reads // 20):
+            time.perf_counter_ns()
+        costs.append((time.perf_counter_ns() - t0) / (reads // 20))
+    return statistics.median(costs)
+
+
+def _suffix_case(repeats: int, warmup: int) -> dict:
+    import torch
+    from torch import fx
+    from torch.fx.passes.split_module import split_module
+
+    from experiment_design.models import create_model, example_input
+    from experiment_design.split import SplitModel
+
+    model = create_model("resnet18")
+    x = example_input("resnet18")
+    sm = SplitModel.build(model, x)
+    cands = [
+        p.index
+        for p in sm.points
+        if p.valid and p.layer.startswith("layer2") and len(p.crossing) > 1
+    ]
+    k = cands[len(cands) // 2]
+    gm = fx.symbolic_trace(model)
+    compute = [n for n in gm.graph.nodes if n.op in ("call_module", "call_function", "call_method")]
+    order = {n: i + 1 for i, n in enumerate(compute)}
+    parts = split_module(gm, model, lambda n: 0 if order[n] <= k else 1)
+    alone = parts.submod_1
+    names = [n.name for n in alone.graph.nodes if n.op == "placeholder"]
+    with torch.no_grad():
+        crossing, _ = sm.run_prefix(k, x)
+        args = [crossing[nm] for nm in names]
+
+        def tracr_suffix():
+            return sm.run_suffix(k, crossing)
+
+        def plain_suffix():
+            return alone(*args)
+
+        t_tracr, t_alone = _interleaved([tracr_suffix, plain_suffix], repeats, warmup)
+    return {
+        "suffix_ratio": t_tracr / t_alone,
+        "suffix_split": k,
+        "suffix_layer": sm.points[k].layer,
+        "suffix_crossing": list(sm.points[k].crossing),
+        "suffix_ms": t_tracr,
+        "suffix_alone_ms": t_alone,
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Measure both ratios; returns the benchmark dictionary."""
+    import torch
+
+    from experiment_design.errors import TracrError
+    from experiment_design.models import create_model, example_input
+    from experiment_design.split import SplitModel
+
+    repeats = getattr(args, "repeats", 30)
+    warmup = getattr(args, "warmup", 3)
+    if repeats < 1 or warmup < 0:
+        raise TracrError("--repeats must be >= 1 and --warmup >= 0")
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        clock_ns = _clock_read_ns()
+        models = {}
+        for name in MODELS:
+            model = create_model(name)
+            x = example_input(name)
+            sm = SplitModel.build(model, x)
+            with torch.no_grad():
+                # the second plain run is an A/A control: the noise floor of this machine
+                rounds: list[list[float]] = []
+                plain_ms, timed_ms, plain2_ms = _interleaved(
+                    [
+                        lambda m=model, x=x: m(x),
+                        lambda s=sm, x=x: s.run_full(x, timed=True),
+                        lambda m=model, x=x: m(x),
+                    ],
+                    repeats,
+                    warmup,
+                    rounds,
+                )
+            models[name] = {
+                "timing_overhead_ratio": timed_ms / plain_ms,
+                "plain_ms": plain_ms,
+                "timed_ms": timed_ms,
+                "aa_ratio": plain2_ms / plain_ms,
+                # same round, adjacent in time: slow drift of a shared machine cancels
+                "paired_ratio": statistics.median(r[1] / r[0] for r in rounds),
+                # what the clock reads themselves can cost: reads x measured cost of one read
+                "clock_read_ns": clock_ns,
+                "instrumentation_bound_ratio": 1 + (sm.n + 1) * clock_ns / 1e6 / plain_ms,
+                "layers": sm.n,
+                "mode": sm.mode,
+            }
+        result: dict = {"models": models}
+        result.update(_suffix_case(repeats, warmup))
+    finally:
+        torch.set_num_threads(threads_before)
+    result["timing_overhead_ratio"] = {n: m["timing_overhead_ratio"] for n, m in models.items()}
+    result["targets"] = dict(TARGETS)
+    result["met"] = {
+        "timing_overhead_ratio": all(
+            r <= TARGETS["timing_overhead_ratio"] for r in result["timing_overhead_ratio"].values()
+        ),
+        "suffix_ratio": result["suffix_ratio"] <= TARGETS["suffix_ratio"],
+    }
+    result["threads"] = 1
+    result["repeats"] = repeats
+    result["device"] = "cpu"
+    return result

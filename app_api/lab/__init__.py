@@ -1,0 +1,30 @@
+"""The emulated lab: several SSH hosts with shaped links on one Linux machine (root only).
+
+Each host is a network namespace joined to a bridge by a veth pair, runs its own sshd,
+can get a CPU quota (cgroups), and is paired in the device registry as ``lab-<n>``::
+
+    from app_api import lab
+    lab.up(hosts=2, bandwidth="4MB/s", cpu_quota=["lab-1=0.25"])
+    lab.link_report()["bandwidth_Bps"]     # measured through the shaped veths
+    lab.shape(bandwidth="16MB/s")          # re-shape and re-measure
+    lab.down()                             # removes everything it created
+"""
+
+from __future__ import annotations
+
+from .lifecycle import down, link_report, shape, status, up
+from .rates import format_rate, parse_rate, tbf_params
+from .state import load_state, state_path
+
+__all__ = [
+    "up",
+    "down",
+    "shape",
+    "status",
+    "link_report",
+    "parse_rate",
+    "format_rate",
+    "tbf_params",
+    "load_state",
+    "state_path",
+]

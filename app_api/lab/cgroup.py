@@ -1,0 +1,126 @@
+"""CPU quotas for lab hosts with cgroups (v1 ``cpu`` controller, or v2 ``cpu.max``).
+
+A host's sshd is placed in its cgroup, so every process started over SSH on that host
+(participants included) inherits the quota.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from experiment_design.errors import TracrError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+
+
+def cgroup_version() -> int | None:
+    """1 if the v1 ``cpu`` controller is mounted, 2 for a unified hierarchy with ``cpu``, else None."""
+    if (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").exists():
+        return 1
+    controllers = CGROUP_ROOT / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        return 2
+    return None
+
+
+def cgroup_path(ns: str) -> Path:
+    """Where host ``ns``'s cgroup lives for this machine's cgroup version."""
+    version = cgroup_version()
+    if version == 1:
+        return CGROUP_ROOT / "cpu" / ns
+    if version == 2:
+        return CGROUP_ROOT / ns
+    raise TracrError(
+        "CPU quotas need the cgroup 'cpu' controller, which is not available here",
+        hint="drop --cpu-quota, or mount the cpu controller (/sys/fs/cgroup/cpu or cgroup v2)",
+    )
+
+
+def quota_us(fraction: float) -> int:
+    """Quota per 100 ms period for a CPU fraction (``1.5`` = one and a half cores)."""
+    if not fraction > 0:
+        raise TracrError(f"a CPU quota must be a positive fraction of a core, not {fraction}")
+    return max(1000, int(round(fraction * PERIOD_US)))  # the kernel's minimum quota is 1 ms
+
+
+def create(ns: str, fraction: float) -> Path:
+    """Create host ``ns``'s cgroup with ``fraction`` of a CPU; return its path."""
+    path = cgroup_path(ns)
+    path.mkdir(exist_ok=True)
+    quota = quota_us(fraction)
+    if cgroup_version() == 1:
+        (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (path / "cpu.cfs_quota_us").write_text(str(quota))
+    else:
+        (path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+    return path
+
+
+def add_pid(path: Path, pid: int) -> None:
+    """Move process ``pid`` into the cgroup at ``path`` (its future children follow)."""
+    (path / "cgroup.procs").write_text(str(pid))
+
+
+def read_quota(path: Path) -> float | None:
+    """The CPU fraction configured in the cgroup at ``path`` (None: unlimited or missing)."""
+    try:
+        if (path / "cpu.cfs_quota_us").exists():
+            quota = int((path / "cpu.cfs_quota_us").read_text())
+            period = int((path / "cpu.cfs_period_us").read_text())
+        else:
+            q, p = (path / "cpu.max").read_text().split()
+            if q == "max":
+                return None
+            quota, period = int(q), int(p)
+    except (OSError, ValueError):
+        return None
+    return None if quota < 0 else quota / period
+
+
+def remove(path: Path | str | None) -> bool:
+    """Remove a cgroup directory (its processes must be gone); True if it existed."""
+    if not path:
+        return False
+    path = Path(path)
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            # EBUSY while the last killed processes are still being reaped.
+            time.sleep(0.05)
+    return False
+
+
+_BUSY = (
+    "import sys,time\n"
+    "sys.stdin.readline()\n"  # wait until the parent has moved us into the cgroup
+    "w0=time.perf_counter(); c0=time.process_time()\n"
+    "while time.perf_counter()-w0 < float(sys.argv[1]): pass\n"
+    "print((time.process_time()-c0)/(time.perf_counter()-w0))\n"
+)
+
+
+def measure_share(path: Path, ns: str | None = None, seconds: float = 1.0) -> float:
+    """CPU share a busy loop gets inside the cgroup at ``path`` (1.0 = one full core)."""
+    cmd = [sys.executable, "-I", "-c", _BUSY, str(seconds)]
+    if ns:
+        cmd = ["ip", "netns", "exec", ns, *cmd]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        add_pid(path, proc.pid)
+        out, _ = proc.communicate("go\n", timeout=seconds + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    try:
+        return float(out.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise TracrError(f"the CPU quota check in {path} printed nothing useful") from exc

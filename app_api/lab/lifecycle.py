@@ -1,0 +1,363 @@
+"""Bringing the emulated lab up, re-shaping it, and taking it down again.
+
+Every resource is recorded in the state file right after it is created, so ``down``
+undoes exactly what ``up`` did, even when ``up`` stopped half way. ``down`` also looks
+for leftovers by our unique names (``tracr-lab-<n>`` namespaces, ``trlab-*`` links and
+cgroups), because the lab is one per machine and a lost state file must not strand it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from experiment_design.errors import TracrError
+
+from . import cgroup, network, sshd
+from .probe import measure_link
+from .rates import format_rate, parse_rate
+from .registry_link import register_hosts, unregister_hosts
+from .state import host_entry, lab_dir, load_state, new_state, remove_state, save_state
+from .system import pid_alive, require_root
+
+log = logging.getLogger(__name__)
+
+
+def _known_hosts_path() -> Path:
+    try:
+        from app_api.devices.registry import known_hosts_path
+    except ImportError:  # the device registry is optional for the lab itself
+        from .state import config_dir
+
+        return config_dir() / "known_hosts"
+    return known_hosts_path()
+
+
+def parse_quotas(items: list[str] | dict | None, hosts: int) -> dict[str, float]:
+    """``["lab-1=0.25", "lab-2=1.5"]`` (or a dict) -> ``{"lab-1": 0.25, ...}``, checked."""
+    if not items:
+        return {}
+    pairs = items.items() if isinstance(items, dict) else (_split_quota(i) for i in items)
+    valid = [f"lab-{i}" for i in range(1, hosts + 1)]
+    out: dict[str, float] = {}
+    for name, value in pairs:
+        if name not in valid:
+            from experiment_design.errors import UnknownNameError
+
+            raise UnknownNameError("lab host", name, valid, hint="quotas look like lab-1=0.25")
+        try:
+            fraction = float(value)
+        except (TypeError, ValueError):
+            raise TracrError(
+                f"CPU quota for {name} must be a number of cores, not {value!r}"
+            ) from None
+        cgroup.quota_us(fraction)  # range check
+        out[name] = fraction
+    return out
+
+
+def _split_quota(item: str) -> tuple[str, str]:
+    if "=" not in item:
+        raise TracrError(
+            f"cannot read the CPU quota '{item}'",
+            hint="write it as lab-1=0.25 (a fraction of one core)",
+        )
+    name, value = item.split("=", 1)
+    return name.strip(), value.strip()
+
+
+def up(
+    hosts: int = 2,
+    bandwidth: str | float | None = None,
+    delay_ms: float | None = None,
+    cpu_quota: list[str] | dict | None = None,
+    *,
+    verify: bool = True,
+    say=lambda msg: None,
+) -> dict:
+    """Create ``hosts`` emulated hosts (namespaces + sshd), pair them, shape and verify the link.
+
+    Returns the state dict (also written to ``$TRACR_CONFIG_DIR/lab/state.json``). On any
+    failure everything created so far is removed again before the error propagates.
+    """
+    require_root()
+    if not 1 <= int(hosts) <= network.MAX_HOSTS:
+        raise TracrError(f"--hosts must be between 1 and {network.MAX_HOSTS}, not {hosts}")
+    rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
+    quotas = parse_quotas(cpu_quota, int(hosts))
+    if quotas:
+        cgroup.cgroup_path(
+            "tracr-lab-probe"
+        )  # fails early with a hint when there is no cpu controller
+    sshd.sshd_binary()
+    plan = network.shaping_plan(rate, delay_ms)  # fails early when --delay has no netem
+    _refuse_if_up()
+
+    state = new_state()
+    state.update(
+        bridge=network.BRIDGE,
+        bridge_address=network.BRIDGE_ADDRESS,
+        subnet=f"{network.SUBNET_PREFIX}.0/24",
+        python=sys.executable,
+        known_hosts=str(_known_hosts_path()),
+    )
+    save_state(state)
+    try:
+        _build(state, int(hosts), quotas, say)
+        _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
+        state["complete"] = True
+        save_state(state)
+    except BaseException:
+        say("lab up failed; removing what was created")
+        try:
+            down()
+        except Exception as exc:  # keep the original error; report the cleanup problem
+            log.warning("cleanup after a failed lab up was incomplete: %s", exc)
+        raise
+    return state
+
+
+def _refuse_if_up() -> None:
+    existing = load_state()
+    leftovers = network.list_namespaces() or (
+        [network.BRIDGE] if network.BRIDGE in network.list_links() else []
+    )
+    if existing or leftovers:
+        raise TracrError(
+            "a tracr lab is already up on this machine"
+            + (f" ({', '.join(leftovers)})" if leftovers else ""),
+            hint="'tracr lab ls' shows it; 'tracr lab down' removes it (run it with the same "
+            "TRACR_CONFIG_DIR that brought it up)",
+        )
+
+
+def _build(state: dict, n: int, quotas: dict[str, float], say) -> None:
+    root = lab_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    client_key = root / "id_ed25519"
+    client_pub = sshd.make_key(client_key, "tracr-lab-client")
+    state["client_key"] = str(client_key)
+    authorized = root / "authorized_keys"
+    authorized.write_text(client_pub + "\n")
+    authorized.chmod(0o600)
+    save_state(state)
+
+    state["bridge_created"] = True
+    save_state(state)
+    network.create_bridge()
+    say(f"bridge {network.BRIDGE} {network.BRIDGE_ADDRESS}/24")
+
+    kh_lines = []
+    for i in range(1, n + 1):
+        names = network.host_names(i)
+        h = host_entry(state, names["name"])
+        h.update(names)
+        save_state(state)  # record the names before creating, so down finds half-made hosts
+        network.create_host(names)
+        host_dir = root / names["name"]
+        host_dir.mkdir(exist_ok=True)
+        host_key = host_dir / "ssh_host_ed25519_key"
+        pub = sshd.make_key(host_key, f"tracr-lab-{names['name']}")
+        config = sshd.write_config(host_dir, names["address"], host_key, authorized)
+        h.update(dir=str(host_dir), host_key=str(host_key), sshd_config=str(config))
+        if names["name"] in quotas:
+            path = cgroup.create(names["ns"], quotas[names["name"]])
+            h.update(cgroup=str(path), cpu_quota=quotas[names["name"]])
+            save_state(state)
+        pid = sshd.start_sshd(names["ns"], config, host_dir / "sshd.log")
+        h["sshd_pid"] = pid
+        save_state(state)
+        if h.get("cgroup"):
+            # sshd has not forked anything yet; every session it starts inherits the cgroup.
+            cgroup.add_pid(Path(h["cgroup"]), pid)
+        sshd.wait_listening(names["address"], 22, pid=pid)
+        kh_lines.append(sshd.host_key_line(names["address"], pub))
+        say(f"{names['name']}: netns {names['ns']} {names['address']} sshd pid {pid}")
+
+    kh = Path(state["known_hosts"])
+    sshd.add_known_hosts(kh, kh_lines)
+    state["known_hosts_lines"] = kh_lines
+    save_state(state)
+    state["registry"] = register_hosts(state)
+    save_state(state)
+
+    for h in state["hosts"]:
+        if h.get("cgroup"):
+            share = cgroup.measure_share(Path(h["cgroup"]), h["ns"], seconds=1.0)
+            h["cpu_measured"] = round(share, 3)
+            say(f"{h['name']}: cpu quota {h['cpu_quota']:g} core, busy loop got {share:.3f}")
+    save_state(state)
+
+
+def _apply(state: dict, bandwidth, rate, delay_ms, plan, verify: bool, say) -> None:
+    for h in state["hosts"]:
+        network.apply_shaping(h, plan)
+    state["shaping"] = {
+        "bandwidth": None if rate is None else str(bandwidth),
+        "bandwidth_Bps": rate,
+        "delay_ms": delay_ms,
+        "qdisc": plan["qdisc"],
+        "tc_args": plan["args"],
+        "where": "egress of every host (namespace end of its veth)",
+    }
+    state["measured"] = {}
+    save_state(state)
+    if plan["qdisc"]:
+        say(f"shaping: {plan['qdisc']} {' '.join(plan['args'][1:])}")
+    if verify:
+        state["measured"] = verify_link(state)
+        m = state["measured"]
+        say(
+            f"measured {m['src']} -> {m['dst']}: {format_rate(m['rate_Bps'])}, rtt {m['rtt_ms']:.3f} ms"
+        )
+        save_state(state)
+
+
+def verify_link(state: dict) -> dict:
+    """Measure rate and round trip between the first two hosts (or host 1 -> observer)."""
+    hosts = state["hosts"]
+    shaped = state.get("shaping", {}).get("bandwidth_Bps")
+    seconds = 2.0 if shaped else 1.0
+    if shaped and shaped < 200_000:
+        seconds = 4.0  # slow links need longer for the steady state to dominate
+    src = hosts[0]
+    if len(hosts) >= 2:
+        dst_name, dst_ns, dst_addr = hosts[1]["name"], hosts[1]["ns"], hosts[1]["address"]
+    else:
+        dst_name, dst_ns, dst_addr = "observer", None, state["bridge_address"]
+    result = measure_link(src["ns"], dst_ns, dst_addr, seconds=seconds)
+    result.update(
+        src=src["name"], dst=dst_name, seconds=seconds, at=time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    )
+    if shaped:
+        result["rate_ratio"] = round(result["rate_Bps"] / shaped, 4)
+    return result
+
+
+def shape(
+    bandwidth: str | float | None = None,
+    delay_ms: float | None = None,
+    *,
+    verify: bool = True,
+    say=lambda m: None,
+) -> dict:
+    """Re-shape the running lab (None/None removes shaping) and re-measure; returns link_report()."""
+    require_root()
+    state = load_state()
+    if not state or not state.get("hosts"):
+        raise TracrError(
+            "no tracr lab is up", hint="start one: tracr lab up --hosts 2 --bandwidth 4MB/s"
+        )
+    rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
+    plan = network.shaping_plan(rate, delay_ms)
+    _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
+    return link_report()
+
+
+def link_report() -> dict:
+    """The lab link as configured and as measured ({} when no lab is up).
+
+    Top-level ``bandwidth_Bps``/``rtt_ms`` are the measured figures (the shape partitioners
+    expect); ``configured`` and ``measured`` hold the details.
+    """
+    state = load_state()
+    if not state:
+        return {}
+    measured = dict(state.get("measured") or {})
+    return {
+        "lab": True,
+        "hosts": [h["name"] for h in state["hosts"]],
+        "bandwidth_Bps": measured.get("rate_Bps"),
+        "rtt_ms": measured.get("rtt_ms"),
+        "configured": dict(state.get("shaping") or {}),
+        "measured": measured,
+        "cpu": {
+            h["name"]: {"quota": h.get("cpu_quota"), "measured": h.get("cpu_measured")}
+            for h in state["hosts"]
+            if h.get("cpu_quota") is not None
+        },
+    }
+
+
+def status() -> dict | None:
+    """The state plus live checks (sshd alive, namespace present), for ``tracr lab ls``."""
+    state = load_state()
+    if state is None:
+        return None
+    present = set(network.list_namespaces())
+    for h in state["hosts"]:
+        h["alive"] = pid_alive(h.get("sshd_pid")) and h.get("ns") in present
+        h["ns_present"] = h.get("ns") in present
+    return state
+
+
+def down(*, say=lambda msg: None) -> dict:
+    """Remove everything the lab created (idempotent); return what was removed, by kind."""
+    require_root()
+    try:
+        state = load_state()
+    except TracrError:
+        state = None  # unreadable: fall back to finding things by name
+    state = state or new_state()
+    removed: dict[str, list] = {
+        k: []
+        for k in ("processes", "namespaces", "links", "cgroups", "registry", "known_hosts", "files")
+    }
+
+    namespaces = {h["ns"] for h in state["hosts"] if h.get("ns")} | set(network.list_namespaces())
+    for h in state["hosts"]:
+        pid = h.get("sshd_pid")
+        if pid and _in_namespace(pid, h.get("ns")) and sshd.stop_pid(pid):
+            removed["processes"].append(pid)
+    for ns in sorted(namespaces):
+        # Only processes inside our own namespaces: sessions, participants, probes.
+        for pid in network.ns_pids(ns):
+            if sshd.stop_pid(pid, timeout=3.0):
+                removed["processes"].append(pid)
+    for ns in sorted(namespaces):
+        if network.delete_namespace(ns):
+            removed["namespaces"].append(ns)
+    links = {h.get("veth_host") for h in state["hosts"]} | set(network.list_links())
+    links.discard(None)
+    for link in sorted(links, key=lambda x: x == network.BRIDGE):  # bridge last
+        if network.delete_link(link):
+            removed["links"].append(link)
+    if network.delete_link(network.BRIDGE):
+        removed["links"].append(network.BRIDGE)
+
+    groups = {h.get("cgroup") for h in state["hosts"] if h.get("cgroup")} | _our_cgroups()
+    for path in sorted(groups):
+        if cgroup.remove(path):
+            removed["cgroups"].append(path)
+
+    removed["registry"] = unregister_hosts(state)
+    if state.get("known_hosts") and state.get("known_hosts_lines"):
+        hosts = {line.split()[0] for line in state["known_hosts_lines"]}
+        if sshd.remove_known_hosts(Path(state["known_hosts"]), hosts):
+            removed["known_hosts"] = sorted(hosts)
+
+    root = lab_dir()
+    if root.exists():
+        removed["files"].append(str(root))
+        remove_state()
+        shutil.rmtree(root, ignore_errors=True)
+    for kind, items in removed.items():
+        if items:
+            say(f"removed {kind}: {', '.join(map(str, items))}")
+    return removed
+
+
+def _in_namespace(pid: int, ns: str | None) -> bool:
+    """True if ``pid`` still runs inside our namespace (so a reused PID is never killed)."""
+    return bool(ns) and pid in network.ns_pids(ns)
+
+
+def _our_cgroups() -> set[str]:
+    out: set[str] = set()
+    for base in (cgroup.CGROUP_ROOT / "cpu", cgroup.CGROUP_ROOT):
+        if base.is_dir():
+            out |= {str(p) for p in base.glob(f"{network.NS_PREFIX}*") if p.is_dir()}
+    return out

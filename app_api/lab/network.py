@@ -1,0 +1,160 @@
+"""Namespaces, veth pairs, the bridge and ``tc`` shaping of the emulated lab.
+
+Layout (N hosts)::
+
+    root namespace:  trlab-br0 10.213.0.1/24  (the observer reaches hosts through it)
+                       |-- trlab-1h  <veth>  trlab-1n 10.213.0.2  [netns tracr-lab-1]
+                       |-- trlab-2h  <veth>  trlab-2n 10.213.0.3  [netns tracr-lab-2]
+
+Shaping sits on each host's egress (the namespace end of its veth), so traffic between
+two hosts is shaped once per direction. Traffic from the observer to a host is not shaped;
+traffic from a host to the observer is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+from experiment_design.errors import TracrError
+
+from .rates import tbf_params
+from .system import ok, run
+
+log = logging.getLogger(__name__)
+
+NS_PREFIX = "tracr-lab-"
+LINK_PREFIX = "trlab-"
+BRIDGE = "trlab-br0"
+SUBNET_PREFIX = "10.213.0"
+BRIDGE_ADDRESS = f"{SUBNET_PREFIX}.1"
+MAX_HOSTS = 200
+
+
+def host_names(i: int) -> dict:
+    """Names and address of lab host ``i`` (1-based)."""
+    return {
+        "name": f"lab-{i}",
+        "ns": f"{NS_PREFIX}{i}",
+        "address": f"{SUBNET_PREFIX}.{i + 1}",
+        "veth_host": f"{LINK_PREFIX}{i}h",
+        "veth_ns": f"{LINK_PREFIX}{i}n",
+    }
+
+
+def list_namespaces() -> list[str]:
+    """Our namespaces (``tracr-lab-<n>``) present on this machine."""
+    out = run(["ip", "netns", "list"], check=False).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [n for n in names if re.fullmatch(rf"{NS_PREFIX}\d+", n)]
+
+
+def list_links() -> list[str]:
+    """Our links (``trlab-*``) in the root namespace."""
+    out = run(["ip", "-j", "link", "show"], check=False).stdout or "[]"
+    try:
+        links = json.loads(out)
+    except json.JSONDecodeError:
+        return []
+    return [link["ifname"] for link in links if link.get("ifname", "").startswith(LINK_PREFIX)]
+
+
+def ns_pids(ns: str) -> list[int]:
+    """PIDs of processes inside namespace ``ns`` (empty if it does not exist)."""
+    out = run(["ip", "netns", "pids", ns], check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def create_bridge() -> None:
+    """Create ``trlab-br0`` with the observer's address on the lab subnet."""
+    run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE])
+    run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def create_host(h: dict) -> None:
+    """Create the namespace, the veth pair into it, addresses and ``lo`` for host ``h``."""
+    ns, vh, vn = h["ns"], h["veth_host"], h["veth_ns"]
+    run(["ip", "netns", "add", ns])
+    run(["ip", "link", "add", vh, "type", "veth", "peer", "name", vn])
+    run(["ip", "link", "set", vn, "netns", ns])
+    run(["ip", "link", "set", vh, "master", BRIDGE])
+    run(["ip", "link", "set", vh, "up"])
+    nsx = ["ip", "netns", "exec", ns]
+    run([*nsx, "ip", "link", "set", "lo", "up"])
+    run([*nsx, "ip", "addr", "add", f"{h['address']}/24", "dev", vn])
+    run([*nsx, "ip", "link", "set", vn, "up"])
+
+
+def delete_namespace(ns: str) -> bool:
+    """Delete namespace ``ns`` (its veth ends go with it); True if it existed."""
+    return ok(["ip", "netns", "del", ns])
+
+
+def delete_link(name: str) -> bool:
+    """Delete a root-namespace link; True if it existed."""
+    return ok(["ip", "link", "del", name])
+
+
+_QDISC_CACHE: dict[str, bool] = {}
+
+
+def netem_available() -> bool:
+    """Whether this kernel has the ``netem`` qdisc (tried once per process on a throwaway veth)."""
+    if "netem" in _QDISC_CACHE:
+        return _QDISC_CACHE["netem"]
+    a, b = f"{LINK_PREFIX}probe0", f"{LINK_PREFIX}probe1"
+    delete_link(a)
+    run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+    try:
+        have = ok(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms"])
+    finally:
+        delete_link(a)
+    _QDISC_CACHE["netem"] = have
+    return have
+
+
+def shaping_plan(rate_Bps: float | None, delay_ms: float | None) -> dict:
+    """The qdisc and its arguments for a rate/delay, chosen by what the kernel offers."""
+    if rate_Bps is None and not delay_ms:
+        return {"qdisc": None, "args": []}
+    if netem_available():
+        args = ["netem"]
+        if delay_ms:
+            args += ["delay", f"{float(delay_ms):g}ms"]
+        if rate_Bps is not None:
+            args += ["rate", f"{int(round(rate_Bps * 8))}bit"]
+            # netem's default queue (1000 packets) would add seconds of delay on slow links.
+            args += ["limit", str(max(100, int(tbf_params(rate_Bps)["limit"] / 1514) + 10))]
+        return {"qdisc": "netem", "args": args}
+    if delay_ms:
+        raise TracrError(
+            "delay unsupported on this kernel (no netem qdisc)",
+            hint="drop --delay (rate shaping works with tbf), or load sch_netem "
+            "(modprobe sch_netem; on some distributions: kernel-modules-extra)",
+        )
+    params = tbf_params(rate_Bps)
+    return {
+        "qdisc": "tbf",
+        "args": params["args"],
+        "burst": params["burst"],
+        "limit": params["limit"],
+    }
+
+
+def apply_shaping(h: dict, plan: dict) -> None:
+    """Put ``plan`` on host ``h``'s egress, replacing whatever shaping was there."""
+    base = ["ip", "netns", "exec", h["ns"], "tc", "qdisc"]
+    # Deleting the root qdisc restores the default; it fails harmlessly when there is none.
+    ok([*base, "del", "dev", h["veth_ns"], "root"])
+    if plan["qdisc"]:
+        run([*base, "add", "dev", h["veth_ns"], "root", *plan["args"]])
+
+
+def show_qdisc(h: dict) -> str:
+    """``tc qdisc show`` of host ``h``'s egress, for ``lab ls`` and debugging."""
+    out = run(
+        ["ip", "netns", "exec", h["ns"], "tc", "qdisc", "show", "dev", h["veth_ns"]], check=False
+    )
+    return out.stdout.strip()

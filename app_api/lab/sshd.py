@@ -1,0 +1,194 @@
+"""One sshd per lab host: its host key, config, process, and the client side (key, known_hosts)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from experiment_design.errors import TracrError
+
+from .system import pid_alive, run
+
+log = logging.getLogger(__name__)
+
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
+PRIVSEP_DIR = Path("/run/sshd")
+
+
+def sshd_binary() -> str:
+    """Absolute path of sshd, or a TracrError saying how to install it."""
+    for cand in (*SSHD_CANDIDATES, shutil.which("sshd") or ""):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    raise TracrError(
+        "the tracr lab needs an OpenSSH server binary (sshd), which is not installed",
+        hint="apt-get install openssh-server (the system service need not run)",
+    )
+
+
+def make_key(path: Path, comment: str) -> str:
+    """Generate an ed25519 key pair at ``path`` (no passphrase); return the public key line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for p in (path, path.with_name(path.name + ".pub")):
+        p.unlink(missing_ok=True)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    path.chmod(0o600)
+    return path.with_name(path.name + ".pub").read_text().strip()
+
+
+def write_config(host_dir: Path, address: str, host_key: Path, authorized_keys: Path) -> Path:
+    """Write the sshd_config of one lab host; return its path."""
+    sftp = next(
+        (
+            p
+            for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server")
+            if os.path.exists(p)
+        ),
+        "internal-sftp",
+    )
+    text = f"""# tracr lab sshd for {address} (generated; removed by 'tracr lab down')
+ListenAddress {address}:22
+HostKey {host_key}
+PidFile {host_dir / "sshd.pid"}
+AuthorizedKeysFile {authorized_keys}
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+# The keys live under the tracr config dir, which may sit below a world-writable /tmp.
+StrictModes no
+UseDNS no
+PrintMotd no
+AllowTcpForwarding yes
+AllowStreamLocalForwarding yes
+X11Forwarding no
+MaxStartups 64:30:128
+MaxSessions 64
+ClientAliveInterval 15
+ClientAliveCountMax 4
+Subsystem sftp {sftp}
+"""
+    path = host_dir / "sshd_config"
+    path.write_text(text)
+    return path
+
+
+def ensure_privsep_dir() -> bool:
+    """Create sshd's privilege-separation dir if missing (Debian's sshd refuses to start without
+    it); True if we created it. It is a standard system path and is left in place on ``down``."""
+    if PRIVSEP_DIR.exists():
+        return False
+    PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return True
+
+
+def start_sshd(ns: str, config: Path, log_path: Path) -> int:
+    """Start ``sshd -D`` inside namespace ``ns``; return its PID (``ip netns exec`` execs in place)."""
+    binary = sshd_binary()
+    ensure_privsep_dir()
+    test = run(["ip", "netns", "exec", ns, binary, "-t", "-f", str(config)], check=False)
+    if test.returncode != 0:
+        raise TracrError(
+            f"sshd rejected the generated config {config}: {test.stderr.strip()}",
+            hint="check the openssh-server installation ('sshd -t')",
+        )
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, binary, "-D", "-f", str(config), "-E", str(log_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # Ctrl-C on `tracr lab up` must not kill the hosts' sshds
+    )
+    return proc.pid
+
+
+def wait_listening(
+    address: str, port: int = 22, timeout: float = 10.0, pid: int | None = None
+) -> None:
+    """Block until ``address:port`` accepts TCP connections from the root namespace."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if pid is not None and not pid_alive(pid):
+            raise TracrError(
+                f"sshd for {address} exited at start-up", hint="see its log under the lab dir"
+            )
+        try:
+            with socket.create_connection((address, port), timeout=1.0) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError as exc:
+            last = exc
+        time.sleep(0.05)
+    raise TracrError(
+        f"sshd for {address}:{port} did not start listening within {timeout:g} s ({last})"
+    )
+
+
+def stop_pid(pid: int | None, timeout: float = 5.0) -> bool:
+    """SIGTERM then SIGKILL one PID we started; reap it if it is our child. True if it was alive."""
+    if not pid or not pid_alive(pid):
+        _reap(pid)
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int | None) -> None:
+    if not pid:
+        return
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except (ChildProcessError, OSError):
+        pass
+
+
+def host_key_line(address: str, pub_line: str, port: int = 22) -> str:
+    """A known_hosts line for a host key (``[addr]:port`` form for non-22 ports)."""
+    keytype, key = pub_line.split()[:2]
+    host = address if port == 22 else f"[{address}]:{port}"
+    return f"{host} {keytype} {key}"
+
+
+def add_known_hosts(path: Path, lines: list[str]) -> None:
+    """Append host-key lines to ``path``, replacing older lines for the same hosts."""
+    hosts = {line.split()[0] for line in lines}
+    remove_known_hosts(path, hosts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for line in lines:
+            f.write(line + "\n")
+    path.chmod(0o600)
+
+
+def remove_known_hosts(path: Path, hosts: set[str]) -> int:
+    """Drop the lines of ``hosts`` from ``path``; return how many lines were removed."""
+    try:
+        old = path.read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    keep = [line for line in old if not (line.split() and line.split()[0] in hosts)]
+    if len(keep) != len(old):
+        path.write_text("".join(line + "\n" for line in keep))
+    return len(old) - len(keep)

@@ -1,0 +1,72 @@
+"""Running the system tools the lab is built from (``ip``, ``tc``, ``ssh-keygen``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+from experiment_design.errors import TracrError
+
+log = logging.getLogger(__name__)
+
+
+class LabCommandError(TracrError):
+    """A system command the lab needs failed; the message says which and why."""
+
+
+def require_root() -> None:
+    """Raise a TracrError (exit 2) unless we are root on Linux with ``ip`` available."""
+    if not sys.platform.startswith("linux"):
+        raise TracrError(
+            f"the tracr lab needs Linux network namespaces (this is {sys.platform})",
+            hint="use the built-in 'localhost' device, or pair real devices with 'tracr device pair'",
+        )
+    if os.geteuid() != 0:
+        raise TracrError(
+            "the tracr lab needs root (it creates network namespaces, links and cgroups)",
+            hint="run it as root, e.g. 'sudo -E tracr lab up' (-E keeps TRACR_CONFIG_DIR)",
+        )
+    for tool in ("ip", "tc", "ssh-keygen"):
+        if not shutil.which(tool):
+            raise TracrError(
+                f"the tracr lab needs '{tool}', which is not installed",
+                hint="apt-get install iproute2 openssh-client openssh-server",
+            )
+
+
+def run(
+    cmd: list[str], *, check: bool = True, timeout: float = 30.0
+) -> subprocess.CompletedProcess:
+    """Run ``cmd``; on failure raise LabCommandError with the command and its stderr."""
+    log.debug("lab: %s", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise LabCommandError(
+            f"command failed (exit {proc.returncode})\n"
+            f"  Command line | {' '.join(cmd)}\n"
+            f"  Stderr       | {proc.stderr.strip()}"
+        )
+    return proc
+
+
+def ok(cmd: list[str]) -> bool:
+    """True if ``cmd`` exits 0 (errors are expected and swallowed, e.g. deleting what is gone)."""
+    try:
+        return run(cmd, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True if a process with this PID exists and is not a zombie."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

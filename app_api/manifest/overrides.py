@@ -1,0 +1,242 @@
+"""``--set`` overrides in Hydra's grammar.
+
+- ``a.b=v``   change an existing key (a typo is an error, with the closest key);
+- ``+a.b=v``  add a key that is not there (missing parent mappings are created);
+- ``++a.b=v`` add or change;
+- ``~a.b``    remove a key (``~a.b=v`` only if its value is ``v``).
+
+Values are YAML (``yaml.safe_load``): ``3``, ``null``, ``[1, 2]``,
+``{codec: lz4}``. List items are addressed by index
+(``participant_instances.0.device=lab-1``) or, where the items are named
+mappings, by name (``participant_instances.edge-1.device=lab-1``,
+``playbook.edge-1.0.params.limit=2``). ``+list.N=v`` with N = length appends.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+from app_api.manifest.errors import KeyPath, ManifestError, format_path
+
+GRAMMAR_HINT = (
+    "Overrides look like key.path=value (change), +key.path=value (add), ~key.path (remove)."
+)
+
+
+def _parse(text: str) -> tuple[str, list[str], Any, bool]:
+    """Split one override into (op, key segments, value, has_value)."""
+    op = "set"
+    body = text.strip()
+    if body.startswith("++"):
+        op, body = "force", body[2:]
+    elif body.startswith("+"):
+        op, body = "add", body[1:]
+    elif body.startswith("~"):
+        op, body = "remove", body[1:]
+    key, eq, raw = body.partition("=")
+    key = key.strip()
+    if not eq and op != "remove":
+        raise ManifestError(f"override '{text}' has no '=value'.", hint=GRAMMAR_HINT)
+    if not key or any(not seg for seg in key.split(".")):
+        raise ManifestError(f"override '{text}' has an empty key.", hint=GRAMMAR_HINT)
+    value = None
+    if eq:
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ManifestError(
+                f"override '{text}': cannot parse the value as YAML ({exc.__class__.__name__}).",
+                hint="Quote strings with special characters: key='a: b'.",
+            ) from None
+    return op, key.split("."), value, bool(eq)
+
+
+def _resolve_index(container: list, seg: str) -> int | None:
+    """A list index from a number or from the ``name`` of a mapping item."""
+    if seg.lstrip("-").isdigit():
+        i = int(seg)
+        return i + len(container) if i < 0 else i
+    for i, item in enumerate(container):
+        if isinstance(item, dict) and item.get("name") == seg:
+            return i
+    return None
+
+
+def _all_paths(data: Any, prefix: tuple = ()) -> list[str]:
+    out = []
+    if isinstance(data, dict):
+        items: Iterable = data.items()
+    elif isinstance(data, list):
+        items = enumerate(data)
+    else:
+        return out
+    for k, v in items:
+        out.append(format_path(prefix + (k,)))
+        out += _all_paths(v, prefix + (k,))
+    return out
+
+
+def _not_found(text: str, key: str, value_text: str, data: dict) -> ManifestError:
+    close = difflib.get_close_matches(key, _all_paths(data), n=1, cutoff=0.7)
+    msg = f"Could not override '{key}'. To add it use +{key}={value_text}"
+    if close:
+        msg += f" (did you mean '{close[0]}'?)"
+    return ManifestError(msg, hint=f"from override '{text}'. {GRAMMAR_HINT}")
+
+
+def apply_one(
+    data: dict,
+    text: str,
+    touched: dict[KeyPath, str] | None = None,
+    lines: dict[KeyPath, int] | None = None,
+) -> None:
+    """Apply one override to ``data`` in place; record the resolved key path in ``touched``.
+
+    ``lines`` (key path -> source line) is kept in step when list items are
+    inserted or removed, so later errors still point at the right line.
+    """
+    op, segs, value, has_value = _parse(text)
+    key = ".".join(segs)
+    value_text = text.partition("=")[2] if has_value else "VALUE"
+    node: Any = data
+    path: list = []
+    for depth, seg in enumerate(segs):
+        last = depth == len(segs) - 1
+        if isinstance(node, dict):
+            exists = seg in node
+            if last:
+                return _finish(
+                    data,
+                    node,
+                    seg,
+                    exists,
+                    op,
+                    value,
+                    has_value,
+                    text,
+                    key,
+                    value_text,
+                    path,
+                    (touched, lines),
+                )
+            if not exists:
+                if op in ("add", "force"):
+                    node[seg] = {}
+                else:
+                    raise _not_found(text, key, value_text, data)
+            path.append(seg)
+            node = node[seg]
+        elif isinstance(node, list):
+            idx = _resolve_index(node, seg)
+            if idx is None or idx < 0:
+                raise ManifestError(
+                    f"Could not override '{key}': '{format_path(tuple(path))}' is a list; "
+                    f"'{seg}' is neither an index nor the name of one of its items.",
+                    hint=f"from override '{text}'",
+                )
+            exists = idx < len(node)
+            if last:
+                return _finish(
+                    data,
+                    node,
+                    idx,
+                    exists,
+                    op,
+                    value,
+                    has_value,
+                    text,
+                    key,
+                    value_text,
+                    path,
+                    (touched, lines),
+                )
+            if not exists:
+                raise ManifestError(
+                    f"Could not override '{key}': '{format_path(tuple(path))}' has only {len(node)} items.",
+                    hint=f"from override '{text}'",
+                )
+            path.append(idx)
+            node = node[idx]
+        else:
+            raise ManifestError(
+                f"Could not override '{key}': '{format_path(tuple(path))}' is a value "
+                f"({node!r}), not a mapping or list.",
+                hint=f"from override '{text}'",
+            )
+
+
+def _shift(maps: tuple, list_path: KeyPath, index: int, delta: int) -> None:
+    """Renumber key paths under ``list_path`` after an insert (+1) or delete (-1) at ``index``."""
+    n = len(list_path)
+    for m in maps:
+        if m is None:
+            continue
+        moved = {}
+        for p in list(m):
+            if len(p) > n and p[:n] == list_path and isinstance(p[n], int) and p[n] >= index:
+                value = m.pop(p)
+                if delta > 0 or p[n] > index:
+                    moved[p[:n] + (p[n] + delta,) + p[n + 1 :]] = value
+        m.update(moved)
+
+
+def _finish(data, node, k, exists, op, value, has_value, text, key, value_text, path, maps) -> None:
+    touched = maps[0]
+    full = tuple(path) + (k,)
+    if isinstance(node, list) and (op == "remove" or not exists):
+        _shift(maps, tuple(path), k, -1 if op == "remove" else +1)
+    if op == "set":
+        if not exists:
+            raise _not_found(text, key, value_text, data)
+        node[k] = value
+    elif op == "add":
+        if exists:
+            raise ManifestError(
+                f"Could not add '{key}': it already exists. To change it use {key}={value_text}",
+                hint=f"from override '{text}'; ++{key}=... adds or changes.",
+            )
+        _put(node, k, value, text, key)
+    elif op == "force":
+        if exists:
+            node[k] = value
+        else:
+            _put(node, k, value, text, key)
+    else:  # remove
+        if not exists:
+            raise ManifestError(
+                f"Could not remove '{key}': it does not exist.", hint=f"from override '{text}'"
+            )
+        if has_value and node[k] != value:
+            raise ManifestError(
+                f"Could not remove '{key}': its value is {node[k]!r}, not {value!r}.",
+                hint=f"from override '{text}'",
+            )
+        del node[k]
+    if touched is not None and op != "remove":  # a removed key cannot be the culprit later
+        touched[full] = text
+
+
+def _put(node, k, value, text, key) -> None:
+    if isinstance(node, list):
+        if k > len(node):
+            raise ManifestError(
+                f"Could not add '{key}': the list has {len(node)} items; "
+                f"use index {len(node)} to append.",
+                hint=f"from override '{text}'",
+            )
+        node.insert(k, value)
+    else:
+        node[k] = value
+
+
+def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
+    """Return a copy of ``data`` with ``overrides`` applied in order (see module docs)."""
+    out = copy.deepcopy(data)
+    for text in overrides:
+        apply_one(out, text)
+    return out

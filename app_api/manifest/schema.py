@@ -1,0 +1,343 @@
+"""The manifest schema: every key, its type, its default and its range.
+
+The schema is data (:class:`Field` trees), so defaults, ``tracr experiment
+show`` and validation all read the same description. Name checks against
+registries (roles, tasks, ...) live in :mod:`app_api.manifest.names`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app_api.manifest.errors import KeyPath
+from app_api.manifest.units import parse_bandwidth
+
+REQUIRED: Any = object()
+CODECS = ("none", "zstd", "lz4", "lz4hc", "blosclz", "zlib")
+FILTERS = ("none", "shuffle", "bitshuffle")
+SPLIT_MODES = ("auto", "graph", "hooks")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_TYPE_WORDS = {
+    "str": "a string",
+    "int": "an integer",
+    "number": "a number",
+    "bool": "true or false",
+    "map": "a mapping",
+    "list": "a list",
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of the schema.
+
+    ``kind`` is str/int/number/bool/map/list/any; maps have fixed ``keys``
+    and/or free keys whose values follow ``values``; ``open`` maps also take
+    keys of any type. ``pre`` rewrites a shorthand before checking (``model:
+    alexnet`` -> ``{name: alexnet}``); ``check`` returns a problem or None.
+    """
+
+    kind: str
+    default: Any = REQUIRED
+    nullable: bool = False
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    keys: dict[str, Field] | None = None
+    values: Field | None = None
+    items: Field | None = None
+    open: bool = False
+    pre: Callable[[Any], Any] | None = None
+    check: Callable[[Any], str | None] | None = None
+    doc: str = ""
+
+    def default_value(self) -> Any:
+        """A fresh copy of the default."""
+        return copy.deepcopy(self.default)
+
+
+class SchemaProblem(Exception):
+    """Raised by :func:`validate` with the key path and the problem text."""
+
+    def __init__(self, path: KeyPath, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+        self.hint = hint
+
+
+def _name_check(v: str) -> str | None:
+    if not NAME_RE.match(v):
+        return f"'{v}' is not a valid name (letters, digits, '-' and '_'; no dots or spaces)"
+    return None
+
+
+def _rate_check(v: Any) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return f"must be a rate such as '4MB/s' or '100Mbit', not {_describe(v)}"
+    try:
+        parse_bandwidth(v)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _mapping_or(name_key: str) -> Callable[[Any], Any]:
+    """Accept ``key: value`` as shorthand for ``key: {name_key: value}``."""
+
+    def pre(v: Any) -> Any:
+        return {name_key: v} if isinstance(v, str) else v
+
+    return pre
+
+
+def _task_item(v: Any) -> Any:
+    return {"task": v} if isinstance(v, str) else v
+
+
+TASK = Field(
+    "map",
+    pre=_task_item,
+    keys={
+        "task": Field("str", doc="task name (experiment_design.tasks)"),
+        "params": Field("map", default={}, open=True, doc="task parameters"),
+    },
+)
+
+SCHEMA = Field(
+    "map",
+    keys={
+        "description": Field("str", default="", doc="one line shown by `tracr experiment ls`"),
+        "model": Field(
+            "map",
+            pre=_mapping_or("name"),
+            keys={
+                "name": Field("str", doc="registered model or torchvision:<name>"),
+                "weights": Field("str", default=None, nullable=True),
+                "depth": Field("int", default=None, nullable=True, min=1),
+                "mode": Field("str", default="auto", choices=SPLIT_MODES),
+                "batch": Field("int", default=1, min=1),
+            },
+        ),
+        "participant_types": Field(
+            "map",
+            values=Field(
+                "map",
+                keys={
+                    "role": Field("str"),
+                    "model": Field("str", default=None, nullable=True),
+                    "settings": Field(
+                        "map",
+                        default={"threads": None},
+                        open=True,
+                        keys={"threads": Field("int", default=None, nullable=True, min=1)},
+                    ),
+                },
+            ),
+        ),
+        "participant_instances": Field(
+            "list",
+            items=Field(
+                "map",
+                keys={
+                    "name": Field("str", check=_name_check),
+                    "type": Field("str"),
+                    "device": Field("str", default="localhost"),
+                },
+            ),
+        ),
+        "playbook": Field("map", values=Field("list", items=TASK)),
+        "partitioner": Field(
+            "map",
+            default={"name": "cyclic", "params": {}},
+            pre=_mapping_or("name"),
+            keys={"name": Field("str"), "params": Field("map", default={}, open=True)},
+        ),
+        "dataset": Field(
+            "map",
+            default={"name": "sample", "params": {}},
+            pre=_mapping_or("name"),
+            keys={"name": Field("str"), "params": Field("map", default={}, open=True)},
+        ),
+        "transport": Field(
+            "map",
+            default={"codec": "zstd", "level": 1, "filter": "shuffle"},
+            keys={
+                "codec": Field("str", default="zstd", choices=CODECS),
+                "level": Field("int", default=1, min=0, max=9),
+                "filter": Field("str", default="shuffle", choices=FILTERS),
+            },
+        ),
+        "run": Field(
+            "map",
+            default={"warmup": 2, "repeats": 1, "seed": 0, "timeout_s": None},
+            keys={
+                "warmup": Field("int", default=2, min=0, doc="inferences run and discarded first"),
+                "repeats": Field("int", default=1, min=1),
+                "seed": Field("int", default=0, min=0),
+                "timeout_s": Field("number", default=None, nullable=True, min=0),
+            },
+        ),
+        "network": Field(
+            "map",
+            default={
+                "bandwidth": None,
+                "bandwidths": None,
+                "delay_ms": None,
+                "jitter_ms": None,
+                "loss_pct": None,
+            },
+            keys={
+                "bandwidth": Field("any", default=None, nullable=True, check=_rate_check),
+                "bandwidths": Field(
+                    "list", default=None, nullable=True, items=Field("any", check=_rate_check)
+                ),
+                "delay_ms": Field("number", default=None, nullable=True, min=0),
+                "jitter_ms": Field("number", default=None, nullable=True, min=0),
+                "loss_pct": Field("number", default=None, nullable=True, min=0, max=100),
+            },
+        ),
+        "evaluate": Field(
+            "map",
+            default={"partitioners": []},
+            keys={"partitioners": Field("list", default=[], items=Field("str"))},
+        ),
+    },
+)
+
+
+def is_extension_key(path: KeyPath) -> bool:
+    """Top-level ``x-...`` keys are free-form (for tools built on tracr) and never checked."""
+    return len(path) == 1 and isinstance(path[0], str) and path[0].startswith("x-")
+
+
+def _type_ok(kind: str, v: Any) -> bool:
+    if kind == "any":
+        return True
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == "number":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "map":
+        return isinstance(v, dict)
+    if kind == "list":
+        return isinstance(v, list)
+    raise ValueError(kind)
+
+
+def _describe(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"{str(v).lower()} (a boolean)"
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list):
+        return "a list"
+    kind = {str: "a string", int: "an integer", float: "a number"}.get(type(v), type(v).__name__)
+    return f"{v!r} ({kind})"
+
+
+def fill_defaults(value: Any, f: Field = SCHEMA) -> Any:
+    """Add every missing optional key, leniently: wrong shapes are left for :func:`validate`."""
+    if value is None and f.default is not REQUIRED and f.default is not None:
+        return f.default_value()
+    if f.pre is not None:
+        value = f.pre(value)
+    if f.kind == "map" and isinstance(value, dict):
+        for key, sub in (f.keys or {}).items():
+            if key not in value:
+                if sub.default is not REQUIRED:
+                    value[key] = sub.default_value()
+            else:
+                value[key] = fill_defaults(value[key], sub)
+        if f.values is not None:
+            for key in value:
+                if not (f.keys and key in f.keys):
+                    value[key] = fill_defaults(value[key], f.values)
+    elif f.kind == "list" and isinstance(value, list) and f.items is not None:
+        for i, item in enumerate(value):
+            value[i] = fill_defaults(item, f.items)
+    return value
+
+
+def validate(value: Any, f: Field = SCHEMA, path: KeyPath = ()) -> Any:
+    """Check ``value`` against ``f``; return it normalised (shorthands expanded, floats kept).
+
+    Raises :class:`SchemaProblem` at the first problem.
+    """
+    if f.pre is not None:
+        value = f.pre(value)
+    if value is None:
+        if f.nullable:
+            return None
+        if f.kind == "map" and f.default is not REQUIRED and f.default is not None:
+            value = f.default_value()  # "partitioner:" with nothing under it
+        else:
+            raise SchemaProblem(path, f"must be {_TYPE_WORDS.get(f.kind, f.kind)}, not null")
+    if not _type_ok(f.kind, value):
+        raise SchemaProblem(
+            path, f"must be {_TYPE_WORDS.get(f.kind, f.kind)}, not {_describe(value)}"
+        )
+    if f.choices is not None and value not in f.choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in f.choices], n=1)
+        msg = f"'{value}' is not allowed."
+        if close:
+            msg += f" Did you mean '{close[0]}'?"
+        msg += f" The valid options are [{', '.join(map(str, f.choices))}]."
+        raise SchemaProblem(path, msg)
+    if f.min is not None and value < f.min:
+        raise SchemaProblem(path, f"must be >= {f.min:g}, got {value}")
+    if f.max is not None and value > f.max:
+        raise SchemaProblem(path, f"must be <= {f.max:g}, got {value}")
+    if f.check is not None:
+        problem = f.check(value)
+        if problem:
+            raise SchemaProblem(path, problem)
+    if f.kind == "map":
+        return _validate_map(value, f, path)
+    if f.kind == "list" and f.items is not None:
+        return [validate(item, f.items, path + (i,)) for i, item in enumerate(value)]
+    return value
+
+
+def _validate_map(value: dict, f: Field, path: KeyPath) -> dict:
+    out: dict = {}
+    keys = f.keys or {}
+    for key, sub in value.items():
+        if not isinstance(key, str):
+            raise SchemaProblem(path + (key,), f"keys must be strings, not {_describe(key)}")
+        if key in keys:
+            out[key] = validate(sub, keys[key], path + (key,))
+        elif f.values is not None:
+            out[key] = validate(sub, f.values, path + (key,))
+        elif f.open or is_extension_key(path + (key,)):
+            out[key] = sub
+        else:
+            valid = list(keys)
+            close = difflib.get_close_matches(key, valid, n=1)
+            msg = f"unknown key '{key}'."
+            if close:
+                msg += f" Did you mean '{close[0]}'?"
+            msg += f" Valid keys: {', '.join(valid)}."
+            raise SchemaProblem(path + (key,), msg)
+    for key, sub in keys.items():
+        if key not in out:
+            if sub.default is REQUIRED:
+                raise SchemaProblem(
+                    path + (key,), f"missing required key '{key}' ({sub.doc or sub.kind})"
+                )
+            out[key] = sub.default_value()
+    # Schema order first, so `tracr experiment show` reads the same for every manifest.
+    ordered = {k: out[k] for k in keys if k in out}
+    ordered.update((k, v) for k, v in out.items() if k not in ordered)
+    return ordered

@@ -1,0 +1,90 @@
+"""Where manifests live: ``./manifests``, the repository's ``manifests/``, ``$TRACR_CONFIG_DIR/manifests``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from app_api.manifest.errors import ManifestError
+
+SUFFIXES = (".yaml", ".yml")
+
+
+def config_dir() -> Path:
+    """``$TRACR_CONFIG_DIR`` or ``~/.config/tracr``."""
+    return Path(
+        os.environ.get("TRACR_CONFIG_DIR") or Path.home() / ".config" / "tracr"
+    ).expanduser()
+
+
+def repo_manifest_dir() -> Path:
+    """The ``manifests/`` folder next to ``app.py``, found without importing it."""
+    spec = importlib.util.find_spec("app")
+    if spec is not None and spec.origin and spec.origin.endswith("app.py"):
+        return Path(spec.origin).resolve().parent / "manifests"
+    return Path(__file__).resolve().parents[2] / "manifests"
+
+
+def search_dirs() -> list[Path]:
+    """The manifest folders in lookup order (first match wins), without duplicates."""
+    dirs, seen = [], set()
+    for d in (Path.cwd() / "manifests", repo_manifest_dir(), config_dir() / "manifests"):
+        key = d.resolve() if d.exists() else d.absolute()
+        if key not in seen:
+            seen.add(key)
+            dirs.append(d)
+    return dirs
+
+
+def _looks_like_path(name: str) -> bool:
+    return os.sep in name or "/" in name or name.endswith(SUFFIXES)
+
+
+def _files() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in search_dirs():
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            if p.suffix in SUFFIXES and p.is_file() and p.stem not in found:
+                found[p.stem] = p
+    return found
+
+
+def find_manifest(name: str) -> Path:
+    """The manifest file for experiment ``name``, or ``name`` itself when it is a file path."""
+    if _looks_like_path(name):
+        p = Path(name).expanduser()
+        if p.is_file():
+            return p
+        if os.sep in name or "/" in name:
+            raise ManifestError(f"Manifest file not found: {p}")
+        name = p.stem
+    files = _files()
+    if name in files:
+        return files[name]
+    from experiment_design.errors import UnknownNameError
+
+    msg = UnknownNameError("experiment", name, files).message
+    raise ManifestError(
+        msg,
+        hint=f"Manifests are looked up in {', '.join(str(d) for d in search_dirs())}. "
+        f"Create one with `tracr experiment new {name}`.",
+    )
+
+
+def list_manifests() -> list[tuple[str, Path, str]]:
+    """``(name, path, description)`` of every manifest on the search path, sorted by name."""
+    import yaml
+
+    out = []
+    for name, path in sorted(_files().items()):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            desc = data.get("description", "") if isinstance(data, dict) else ""
+            desc = " ".join(str(desc or "").split())
+        except (OSError, yaml.YAMLError) as exc:
+            desc = f"(unreadable: {exc.__class__.__name__})"
+        out.append((name, path, desc))
+    return out

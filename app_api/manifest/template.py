@@ -1,0 +1,80 @@
+"""The commented starting point that ``tracr experiment new NAME`` writes."""
+
+from __future__ import annotations
+
+_TEMPLATE = """\
+# Experiment manifest for tracr. Run it with:  tracr experiment run {name}
+# Try a change without editing this file:     tracr experiment run {name} --set run.warmup=5
+# See the resolved manifest (defaults filled): tracr experiment show {name}
+description: {name} - AlexNet split between two participants on this machine.
+
+# The model both sides load. name: a registered model (`tracr model ls`) or
+# torchvision:<name>. weights: null = seeded random weights (timing is the same,
+# accuracy means nothing), or a local .pth file / torchvision weights name.
+# depth: null = cut at every graph node; 1, 2, ... = only at top-level blocks.
+model:
+  name: alexnet
+  weights: null
+  depth: null
+  mode: auto        # auto | graph (torch.fx) | hooks (forward-hook fallback)
+  batch: 1
+
+# Kinds of participant: a role (the service it runs) plus per-role settings.
+participant_types:
+  edge:
+    role: edge
+    settings: {{threads: 1}}   # torch threads on the device; null = torch's default
+  cloud:
+    role: cloud
+    settings: {{threads: 1}}
+
+# The participants themselves: which type runs on which device.
+# `localhost` is built in; pair real devices with `tracr device pair`.
+participant_instances:
+  - {{name: edge-1, type: edge, device: localhost}}
+  - {{name: cloud-1, type: cloud, device: localhost}}
+
+# What each participant does, in order.
+playbook:
+  edge-1:
+    - {{task: infer-dataset, params: {{}}}}
+    - {{task: finish}}
+  cloud-1:
+    - {{task: wait}}
+
+# Who decides the split point per inference: cyclic walks every valid split.
+partitioner:
+  name: cyclic
+  params: {{repeats: 2}}
+
+# Inputs: sample (shipped images), synthetic (random, params: size) or
+# image-folder (params: path on the device, labels, limit, resize, crop).
+dataset:
+  name: sample
+  params: {{limit: 2}}
+
+# How crossing tensors are encoded on the wire.
+transport:
+  codec: zstd       # none | zstd | lz4 | lz4hc | blosclz | zlib
+  level: 1          # 0-9
+  filter: shuffle   # none | shuffle | bitshuffle
+
+run:
+  warmup: 2         # inferences run first and not measured
+  repeats: 1
+  seed: 0           # model init and synthetic data
+
+# Link shaping in the emulated lab (tracr lab); ignored on localhost.
+network:
+  bandwidth: null   # e.g. "4MB/s", "100Mbit"
+  delay_ms: null
+
+# Partitioners to score against the measured sweep (in the run summary).
+evaluate:
+  partitioners: []
+"""
+
+
+def new_manifest_text(name: str) -> str:
+    """A commented manifest for experiment ``name`` that validates as written."""
+    return _TEMPLATE.format(name=name)

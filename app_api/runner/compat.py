@@ -1,0 +1,56 @@
+"""Refuse participant combinations that cannot exchange tensors, before any inference."""
+
+from __future__ import annotations
+
+import logging
+
+from experiment_design.errors import TracrError
+
+log = logging.getLogger(__name__)
+
+
+def _major_minor(v: str) -> str:
+    return ".".join(v.split("+")[0].split(".")[:2])
+
+
+def check_environments(envs: dict[str, dict]) -> list[str]:
+    """Raise TracrError on a tracr/python-major mismatch; return warnings (torch differences).
+
+    The wire carries dtype names and raw bytes, so torch versions may differ, but the
+    split plans must agree; :func:`check_plans` verifies that after set-up.
+    """
+    if len(envs) < 2:
+        return []
+    warnings = []
+    for key, norm, hard in (
+        ("tracr", lambda v: v, True),
+        ("python", lambda v: v.split(".")[0], True),
+        ("torch", _major_minor, False),
+    ):
+        seen = {inst: norm(str(env.get(key))) for inst, env in envs.items()}
+        if len(set(seen.values())) > 1:
+            detail = ", ".join(f"{i}: {envs[i].get(key)}" for i in seen)
+            if hard:
+                raise TracrError(
+                    f"Participants run different {key} versions ({detail}); they cannot "
+                    "exchange tensors reliably.",
+                    hint=f"install the same {key} version on every device",
+                )
+            warnings.append(f"participants run different {key} versions ({detail})")
+    for w in warnings:
+        log.warning("%s", w)
+    return warnings
+
+
+def check_plans(infos: dict[str, dict], pairs: list[tuple[str, str]]) -> None:
+    """Every pair of partners must number the same layers the same way."""
+    for a, b in pairs:
+        la = [(r.get("name"), r.get("type")) for r in infos[a].get("profile", [])]
+        lb = [(r.get("name"), r.get("type")) for r in infos[b].get("profile", [])]
+        if la != lb:
+            first = next((i for i, (x, y) in enumerate(zip(la, lb, strict=False)) if x != y), min(len(la), len(lb)))
+            raise TracrError(
+                f"{a} and {b} split the model differently ({len(la)} vs {len(lb)} layers, "
+                f"first difference at layer {first + 1}).",
+                hint="use the same model, depth and mode (and torch/torchvision versions) on both",
+            )

@@ -1,0 +1,11 @@
+"""Put your own model files here; every ``@register_model`` in them is picked up.
+
+Example (``experiment_design/models/user/tiny.py``)::
+
+    from torch import nn
+    from experiment_design.models import register_model
+
+    @register_model("tiny-mlp", input_shape=(16,))
+    def tiny_mlp() -> nn.Module:
+        return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+"""

@@ -1,0 +1,139 @@
+"""The partitioner base class, the context it sees, and its registry.
+
+A partitioner decides, per inference, where the model is cut. Split index k
+means the edge runs layers 1..k and the cloud runs layers k+1..n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from experiment_design.errors import TracrError, UnknownNameError
+
+_REGISTRY: dict[str, type[Partitioner]] = {}
+
+
+@dataclass
+class PartitionContext:
+    """Everything a partitioner may look at, as plain JSON-able data.
+
+    ``layers`` are ``SplitModel.profile()`` rows, ``points`` the split points
+    (index, layer, crossing_bytes, valid, ...), ``valid_splits`` the indices a
+    sweep may use. The measured parts are filled by the observer when the
+    partitioner asks for them via :attr:`Partitioner.needs`.
+    """
+
+    layers: list[dict] = field(default_factory=list)
+    points: list[dict] = field(default_factory=list)
+    valid_splits: list[int] = field(default_factory=list)
+    edge_profile: dict | None = None
+    cloud_profile: dict | None = None
+    network: dict | None = None
+    measured: dict | None = None
+
+    def to_dict(self) -> dict:
+        """Plain JSON form (what crosses the control channel)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PartitionContext:
+        """Inverse of :meth:`to_dict`; unknown keys are ignored."""
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        if known.get("measured"):
+            known["measured"] = {int(k): v for k, v in known["measured"].items()}
+        return cls(**known)
+
+
+class Partitioner:
+    """Base class for split-point policies; subclass it and register it.
+
+    ``needs`` names the measurements the observer must gather before
+    :meth:`setup` (any of ``edge_profile``, ``cloud_profile``, ``network``,
+    ``measured``); cheap policies need none.
+
+    Example::
+
+        from experiment_design.partitioners import Partitioner, register_partitioner
+
+        @register_partitioner("smallest-transfer")
+        class SmallestTransfer(Partitioner):
+            '''Always cut where the fewest bytes cross.'''
+
+            def setup(self, ctx):
+                super().setup(ctx)
+                by_bytes = {p["index"]: p["crossing_bytes"] for p in ctx.points}
+                self.k = min(ctx.valid_splits, key=lambda k: by_bytes[k])
+
+            def next_split(self):
+                return self.k
+
+            def decision(self):
+                return {"chosen": self.k, "why": "minimum crossing bytes"}
+    """
+
+    name: ClassVar[str] = ""
+    needs: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, **params: Any) -> None:
+        self.params = dict(params)
+        self.ctx: PartitionContext | None = None
+
+    def setup(self, ctx: PartitionContext) -> None:
+        """Called once at start-up, before any measured inference."""
+        if not ctx.valid_splits:
+            raise TracrError("The model has no valid split point.")
+        self.ctx = ctx
+
+    def next_split(self) -> int:
+        """The split index for the next inference."""
+        raise NotImplementedError
+
+    def sweep_length(self) -> int | None:
+        """How many inferences make one full pass of this policy, or None if open-ended."""
+        return None
+
+    def decision(self) -> dict:
+        """Plain JSON: what it chose and why (inputs included)."""
+        return {"name": self.name, "params": self.params}
+
+
+def register_partitioner(name: str | None = None):
+    """Class decorator: register a :class:`Partitioner` subclass under ``name``."""
+
+    def deco(cls: type[Partitioner]) -> type[Partitioner]:
+        key = name or cls.name or cls.__name__.lower()
+        cls.name = key
+        _REGISTRY[key] = cls
+        return cls
+
+    return deco
+
+
+def _discover() -> None:
+    from experiment_design.partitioners import discover
+
+    discover()
+
+
+def get_partitioner(name: str) -> type[Partitioner]:
+    """The registered class for ``name`` (UnknownNameError lists valid names)."""
+    _discover()
+    if name not in _REGISTRY:
+        raise UnknownNameError("partitioner", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def create_partitioner(name: str, **params: Any) -> Partitioner:
+    """Instantiate the partitioner registered as ``name`` with ``params``."""
+    cls = get_partitioner(name)
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise TracrError(f"Bad parameters for partitioner '{name}': {exc}") from exc
+
+
+def list_partitioners() -> list[str]:
+    """Names of all registered partitioners, sorted."""
+    _discover()
+    return sorted(_REGISTRY)

@@ -1,0 +1,263 @@
+"""``predicted-argmin``: the split with the lowest predicted end-to-end time.
+
+For every valid split k it predicts
+
+    edge_ms(1..k) + crossing_bytes(k) / bandwidth + rtt + cloud_ms(k+1..n)
+
+and picks the minimum. Layer times come, by default, straight from each
+device's warm-up profile: those are measurements of each layer on that device,
+taken in the context of the full model, so they are the best predictor there
+is. Per-class regressions on FLOPs, input/output bytes and parameter count
+(non-negative coefficients) fill in layers the profile did not time, or
+replace the profile entirely with ``source: regression`` (to see how well the
+regressions generalize). The helpers here are shared with ``neurosurgeon``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from experiment_design.errors import TracrError
+from experiment_design.partitioners import regression
+from experiment_design.partitioners.base import (
+    PartitionContext,
+    Partitioner,
+    register_partitioner,
+)
+
+SOURCES = ("profile", "regression")
+
+
+def layer_ms_of(profile: Mapping, n: int) -> list | None:
+    """Per-layer ms list (layers 1..n) from a profile dict, or None if it has none.
+
+    Accepts ``{"layer_ms": [ms, ...]}`` and the participant's
+    ``profile_layers()`` form ``{"layers": {"1": ms, ...}}`` (a layer missing
+    there, e.g. one the timing hooks could not see, becomes None).
+    """
+    if profile.get("layer_ms") is not None:
+        return list(profile["layer_ms"])
+    by_index = profile.get("layers")
+    if isinstance(by_index, Mapping):
+        return [by_index.get(str(i), by_index.get(i)) for i in range(1, n + 1)]
+    return None
+
+
+def calibration(profile: Mapping | None, layer_ms: Sequence[float | None]) -> float:
+    """Factor that makes the per-layer medians add up to the measured full pass.
+
+    A median per layer drops the stalls a CPU quota (cgroup throttling) or a
+    busy neighbour puts into a few runs, so the sum of the medians under-states
+    what a whole prefix costs. The participant also times untimed full passes
+    (``full_ms``, a median of whole runs); scaling every layer by
+    ``full_ms / sum(medians)`` keeps the per-layer shape and restores the total.
+    1.0 when the profile has no ``full_ms`` (older participants) or nothing to scale.
+    """
+    full = (profile or {}).get("full_ms")
+    total = sum(float(v) for v in layer_ms if v is not None)
+    if full is None or total <= 0 or not math.isfinite(float(full)) or float(full) <= 0:
+        return 1.0
+    return float(full) / total
+
+
+def profile_ms(ctx: PartitionContext, side: str, calibrate: bool = True) -> list[float | None]:
+    """The measured per-layer ms (layers 1..n) of ``side`` ("edge" or "cloud").
+
+    With ``calibrate`` (default) the layer times are scaled by :func:`calibration`
+    so they sum to the measured full-pass median; neurosurgeon and
+    predicted-argmin both read their layer times here.
+    """
+    prof = getattr(ctx, f"{side}_profile")
+    ms = layer_ms_of(prof, len(ctx.layers)) if prof else None
+    if ms is None:
+        raise TracrError(
+            f"No {side} profile: this partitioner needs per-layer times measured on the {side}.",
+            hint="The runner profiles each participant at start-up; check the participant logs.",
+        )
+    if len(ms) != len(ctx.layers):
+        raise TracrError(
+            f"The {side} profile has {len(ms)} layer times but the model has {len(ctx.layers)} layers.",
+            hint="Both participants must build the same model (same depth and split mode).",
+        )
+    out = [None if v is None or not math.isfinite(float(v)) else float(v) for v in ms]
+    if calibrate:
+        f = calibration(prof, out)
+        out = [None if v is None else v * f for v in out]
+    return out
+
+
+def link(ctx: PartitionContext, params: Mapping[str, Any]) -> tuple[float, float, str]:
+    """(bandwidth bytes/s, rtt ms, source): the measured link, or a stated what-if override."""
+    bw, rtt = params.get("bandwidth_Bps"), params.get("rtt_ms")
+    if bw is not None:
+        return float(bw), float(rtt or 0.0), "param (what-if, not measured)"
+    net = ctx.network
+    if not net or not net.get("bandwidth_Bps"):
+        raise TracrError(
+            "No measured network speed: this partitioner needs the link probed at start-up.",
+            hint="The runner probes the data channel before the first inference; "
+            "set params.bandwidth_Bps only for an offline what-if.",
+        )
+    if float(net["bandwidth_Bps"]) <= 0:
+        raise TracrError(
+            f"Measured bandwidth is {net['bandwidth_Bps']} B/s; cannot predict transfers."
+        )
+    return float(net["bandwidth_Bps"]), float(net.get("rtt_ms") or 0.0), "measured"
+
+
+def crossing_bytes(ctx: PartitionContext) -> dict[int, int]:
+    """Bytes that cross at each split k (from the split points)."""
+    out = {int(p["index"]): int(p.get("crossing_bytes") or 0) for p in ctx.points}
+    if not out:
+        raise TracrError("The partition context has no split points.")
+    return out
+
+
+def transfer_ms(nbytes: float, bandwidth_Bps: float, rtt_ms: float = 0.0) -> float:
+    """Time to move ``nbytes`` over a link: bytes / bandwidth (+ rtt), in ms."""
+    return nbytes / bandwidth_Bps * 1000.0 + rtt_ms
+
+
+def totals(
+    edge_ms: Sequence[float],
+    cloud_ms: Sequence[float],
+    cross: Mapping[int, int],
+    splits: Sequence[int],
+    bandwidth_Bps: float,
+    rtt_ms: float,
+) -> dict[int, dict]:
+    """Predicted {k: {edge_ms, transfer_ms, cloud_ms, total_ms}} for each split in ``splits``."""
+    n = len(edge_ms)
+    pre = [0.0]
+    for v in edge_ms:
+        pre.append(pre[-1] + v)
+    suf = [0.0] * (n + 1)
+    for j in range(n - 1, -1, -1):
+        suf[j] = suf[j + 1] + cloud_ms[j]
+    out = {}
+    for k in splits:
+        t = transfer_ms(cross[k], bandwidth_Bps, rtt_ms)
+        out[k] = {
+            "edge_ms": pre[k],
+            "transfer_ms": t,
+            "cloud_ms": suf[k],
+            "total_ms": pre[k] + t + suf[k],
+        }
+    return out
+
+
+def summarize_inputs(ctx: PartitionContext) -> dict:
+    """A short, printable summary of the context (what the decision was based on)."""
+
+    def side(p: dict | None) -> dict | None:
+        if not p:
+            return None
+        ms = [float(v) for v in (layer_ms_of(p, len(ctx.layers)) or []) if v is not None]
+        keep = {k: v for k, v in p.items() if not isinstance(v, list | dict)}
+        return {
+            **keep,
+            "layers_timed": len(ms),
+            "sum_layer_ms": sum(ms),
+            "models_shipped": bool(p.get("models")),
+        }
+
+    return {
+        "layers": len(ctx.layers),
+        "valid_splits": len(ctx.valid_splits),
+        "edge_profile": side(ctx.edge_profile),
+        "cloud_profile": side(ctx.cloud_profile),
+        "network": ctx.network,
+    }
+
+
+@register_partitioner("predicted-argmin")
+class PredictedArgmin(Partitioner):
+    """Pick the valid split with the lowest predicted edge + transfer + cloud time.
+
+    Params: ``source`` — ``profile`` (default: the profiled per-layer times,
+    regression only for layers without a time) or ``regression`` (per-class
+    non-negative regressions on FLOPs, bytes and params for every layer);
+    ``include_rtt`` (default true) adds one round-trip time to each transfer;
+    ``calibrate`` (default true) scales each side's layer times so they add up
+    to that side's measured full-pass median (see :func:`calibration`);
+    ``bandwidth_Bps`` / ``rtt_ms`` override the measured link for a what-if.
+    """
+
+    needs = frozenset({"edge_profile", "cloud_profile", "network"})
+
+    def __init__(self, source: str = "profile", include_rtt: bool = True, **params: Any) -> None:
+        super().__init__(source=source, include_rtt=include_rtt, **params)
+        if source not in SOURCES:
+            raise TracrError(
+                f"predicted-argmin: unknown source '{source}'.", hint=f"Use one of {list(SOURCES)}."
+            )
+        self.source = source
+        self.include_rtt = bool(include_rtt)
+        self.k: int | None = None
+        self._decision: dict = {}
+
+    def _layer_times(self, ctx: PartitionContext, side: str) -> tuple[list[float], dict]:
+        calibrate = bool(self.params.get("calibrate", True))
+        measured = profile_ms(ctx, side, calibrate=calibrate)
+        timed = [(row, ms) for row, ms in zip(ctx.layers, measured, strict=True) if ms is not None]
+        prof = getattr(ctx, f"{side}_profile")
+        raw = profile_ms(ctx, side, calibrate=False)
+        info: dict = {
+            "profiled_layers": len(timed),
+            "calibration": calibration(prof, raw) if calibrate else 1.0,
+            "sum_layer_ms": sum(v for v in raw if v is not None),
+            "full_ms": (prof or {}).get("full_ms"),
+        }
+        if self.source == "profile" and len(timed) == len(ctx.layers):
+            info["source"] = "profile"
+            return [float(v) for v in measured], info
+        models = regression.fit_feature_models(
+            ctx.layers, measured, type_map=self.params.get("type_map")
+        )
+        info["models"] = models
+        if self.source == "regression":
+            info["source"] = "regression"
+            return [regression.predict_features(models, row) for row in ctx.layers], info
+        info["source"] = "profile+regression"
+        info["regressed_layers"] = [
+            row["index"] for row, v in zip(ctx.layers, measured, strict=True) if v is None
+        ]
+        return [
+            v if v is not None else regression.predict_features(models, row)
+            for row, v in zip(ctx.layers, measured, strict=True)
+        ], info
+
+    def setup(self, ctx: PartitionContext) -> None:
+        """Predict every valid split and keep the argmin."""
+        super().setup(ctx)
+        edge, edge_info = self._layer_times(ctx, "edge")
+        cloud, cloud_info = self._layer_times(ctx, "cloud")
+        bw, rtt, link_src = link(ctx, self.params)
+        rtt_used = rtt if self.include_rtt else 0.0
+        pred = totals(edge, cloud, crossing_bytes(ctx), ctx.valid_splits, bw, rtt_used)
+        self.k = min(pred, key=lambda k: (pred[k]["total_ms"], k))
+        self._decision = {
+            "name": self.name,
+            "chosen": self.k,
+            "criterion": "argmin predicted edge + transfer + cloud",
+            "params": self.params,
+            "source": {"edge": edge_info, "cloud": cloud_info},
+            "link": {"bandwidth_Bps": bw, "rtt_ms": rtt_used, "source": link_src},
+            "inputs": summarize_inputs(ctx),
+            "layer_ms": {"edge": edge, "cloud": cloud},
+            "predicted": {k: v["total_ms"] for k, v in pred.items()},
+            "predicted_parts": pred,
+            "chosen_ms": pred[self.k]["total_ms"],
+        }
+
+    def next_split(self) -> int:
+        """The chosen split, every time."""
+        if self.k is None:
+            raise TracrError("predicted-argmin: next_split() called before setup().")
+        return self.k
+
+    def decision(self) -> dict:
+        """Chosen split, predicted ms per split, which layer-time source was used, the link."""
+        return self._decision or {"name": self.name, "params": self.params, "chosen": None}

@@ -1,0 +1,451 @@
+"""The participant service base class every role subclasses.
+
+A role is an rpyc service: only ``exposed_`` members are reachable, every
+argument and result is a JSON string (rpyc would pass lists and dicts by
+reference). The observer drives it: hello, setup, connect_partners, warmup,
+start_task / poll, shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import rpyc
+
+from experiment_design.errors import TracrError
+
+log = logging.getLogger(__name__)
+
+
+class ParticipantService(rpyc.Service):
+    """Base of all roles: model set-up, task runner, outbox of records, logs, lifecycle.
+
+    ``partners`` maps a partner slot to the registered role a partner must be
+    (or subclass); the observer wires partners by role, never by instance name.
+
+    Example::
+
+        from experiment_design.roles import ParticipantService, register_role
+
+        @register_role("echo")
+        class EchoRole(ParticipantService):
+            '''Answers ping() with the number of layers of its model.'''
+
+            partners = {}
+
+            def exposed_ping(self) -> str:
+                self.touch()
+                return json.dumps({"layers": len(self.split_model.layers)})
+    """
+
+    role_name: ClassVar[str] = ""
+    partners: ClassVar[dict[str, str]] = {}
+    needs_dataset: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        instance: str = "",
+        threads: int | None = None,
+        logs: Any = None,
+        on_exit: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.instance = instance
+        self.threads = threads
+        self.logs = logs
+        self.on_exit = on_exit
+        self.config: dict = {}
+        self.split_model: Any = None
+        self.inputs: list[tuple[Any, Any, str]] = []
+        self.device: Any = "cpu"
+        self.codec: Any = None
+        self.data_secret: bytes = b""
+        self.last_call = time.monotonic()
+        self.finish_event = threading.Event()
+        self.stop_event = threading.Event()
+        self.cancel_event = threading.Event()
+        self._lock = threading.Lock()
+        self._records: list[dict] = []
+        self._layers: list[dict] = []
+        self._task_thread: threading.Thread | None = None
+        self._state = "idle"
+        self._task_name: str | None = None
+        self._error: str | None = None
+        self._done = 0
+        self._total: int | None = None
+        self._split: int | None = None
+        self._changed = threading.Condition(self._lock)
+        self._connections = 0
+        self._inflight = 0
+
+    # ----- lifecycle --------------------------------------------------------------------------
+    def on_connect(self, conn: Any) -> None:
+        """Count control connections (the watchdog exits when the observer's closes)."""
+        with self._lock:
+            self._connections += 1
+        self.touch()
+
+    def on_disconnect(self, conn: Any) -> None:
+        """The observer went away: stop this participant."""
+        with self._lock:
+            self._connections -= 1
+            last = self._connections <= 0
+        if last and self.on_exit:
+            self.on_exit("observer connection closed")
+
+    def touch(self) -> None:
+        """Record that the observer is alive (watchdog)."""
+        self.last_call = time.monotonic()
+
+    def close(self) -> None:
+        """Release sockets and threads; subclasses extend."""
+        self.stop_event.set()
+        self.finish_event.set()
+
+    # ----- records ----------------------------------------------------------------------------
+    def emit_record(self, row: dict, layers: list[dict] = ()) -> None:
+        """Queue one inference row (and its per-layer rows) for the next poll."""
+        with self._lock:
+            self._records.append(row)
+            self._layers.extend(layers)
+
+    def progress(self, done: int | None = None, total: int | None = None, split: int | None = None):
+        """Update what poll() reports."""
+        with self._lock:
+            if done is not None:
+                self._done = done
+            if total is not None:
+                self._total = total
+            if split is not None:
+                self._split = split
+
+    # ----- set-up -----------------------------------------------------------------------------
+    def on_setup(self, config: dict) -> dict:
+        """Build the model (and dataset if the role needs one); return model facts."""
+        import torch
+
+        from experiment_design.split import build_split_model
+
+        threads = config.get("threads") or self.threads
+        if threads:
+            torch.set_num_threads(int(threads))
+            self.threads = int(threads)
+        model = config["model"]
+        seed = int(config.get("seed", 0))
+        torch.manual_seed(seed)
+        self.split_model = build_split_model(
+            model["name"],
+            seed=seed,
+            weights=model.get("weights"),
+            depth=model.get("depth"),
+            mode=model.get("mode") or "auto",
+            batch=int(model.get("batch") or 1),
+        )
+        self.device = self._place_model(config)
+        if self.needs_dataset and config.get("dataset"):
+            self.inputs = [(x.to(self.device), label, item)
+                           for x, label, item in self._load_inputs(config, model)]
+        from experiment_design.transport import CodecConfig
+
+        self.codec = CodecConfig.from_dict(config.get("transport") or {})
+        self.data_secret = bytes.fromhex(config.get("data_secret", ""))
+        sm = self.split_model
+        return {
+            "mode": sm.mode,
+            "n_layers": len(sm.layers),
+            "valid_splits": sm.valid_splits(),
+            "points": [_plain(p) for p in sm.points],
+            "profile": sm.profile(),
+            "inputs": len(self.inputs),
+            "threads": torch.get_num_threads(),
+            "device": str(self.device),
+        }
+
+    def _place_model(self, config: dict) -> Any:
+        """Move the model to ``settings.device`` (cpu default; cuda / auto where available)."""
+        import torch
+
+        want = str((config.get("settings") or {}).get("device") or config.get("device") or "cpu")
+        if want == "auto":
+            want = "cuda" if torch.cuda.is_available() else "cpu"
+        if want.startswith("cuda") and not torch.cuda.is_available():
+            raise TracrError(f"{self.instance}: device '{want}' requested but CUDA is not available",
+                             hint="use settings.device: cpu (or auto)")
+        dev = torch.device(want)
+        if dev.type != "cpu":
+            self.split_model.model.to(dev)
+            gm = getattr(self.split_model.engine, "gm", None)
+            if gm is not None:
+                gm.to(dev)
+        return dev
+
+    def _load_inputs(self, config: dict, model: dict) -> list[tuple[Any, Any, str]]:
+        """Preload every dataset item (batched) so no I/O happens while measuring."""
+        import torch
+
+        from experiment_design.models import get_model_spec
+        from MyDatasets import create_dataset
+
+        ds_cfg = config["dataset"]
+        spec = get_model_spec(model["name"])
+        ds = create_dataset(
+            ds_cfg["name"],
+            input_shape=tuple(spec.input_shape),
+            seed=int(config.get("seed", 0)),
+            **(ds_cfg.get("params") or {}),
+        )
+        if len(ds) == 0:
+            raise TracrError(f"Dataset '{ds_cfg['name']}' is empty.")
+        batch = int(model.get("batch") or 1)
+        items = [ds[i] for i in range(len(ds))]
+        out = []
+        for start in range(0, len(items), batch):
+            group = items[start : start + batch]
+            while len(group) < batch:  # pad the last batch by cycling
+                group.append(items[len(group) % len(items)])
+            x = torch.stack([g[0] for g in group]).contiguous()
+            label = group[0][1] if batch == 1 else [g[1] for g in group]
+            out.append((x, label, "+".join(str(g[2]) for g in group)))
+        return out
+
+    # ----- exposed API (JSON strings in and out) ---------------------------------------------
+    def exposed_hello(self) -> str:
+        """Environment: versions, host, device, CPU, threads, pid, role."""
+        self.touch()
+        from experiment_design.runtime.environment import describe
+
+        env = describe(self.threads)
+        env["role"] = self.role_name
+        env["instance"] = self.instance
+        return json.dumps(env)
+
+    def exposed_setup(self, config_json: str) -> str:
+        """Configure the model, dataset, transport and secrets for this run."""
+        self.touch()
+        config = json.loads(config_json)
+        self.config = config
+        self.instance = config.get("instance", self.instance)
+        return json.dumps(self._guard(lambda: self.on_setup(config)))
+
+    def exposed_data_address(self) -> str:
+        """``{"host", "port"}`` of this participant's data server, or null."""
+        self.touch()
+        return json.dumps(None)
+
+    def exposed_connect_partners(self, partners_json: str) -> str:
+        """Connect to partners: ``{slot: [{"instance", "host", "port"}, ...]}``."""
+        self.touch()
+        partners = json.loads(partners_json)
+        return json.dumps(self._guard(lambda: self.on_connect_partners(partners)))
+
+    def on_connect_partners(self, partners: dict) -> dict:
+        """Role hook: open data channels to partners."""
+        return {}
+
+    def exposed_profile_layers(self, params_json: str = "{}") -> str:
+        """Median per-layer ms of ``run_full(timed=True)`` on this participant, plus
+        ``full_ms``: the median wall time of ``full_repeats`` untimed full passes.
+
+        The per-layer medians give each layer's share; ``full_ms`` is what a whole
+        pass really costs here (CPU-quota stalls included), for calibration.
+        """
+        self.touch()
+        params = json.loads(params_json or "{}")
+        full_repeats = int(params.pop("full_repeats", params.get("repeats", 5)))
+
+        def run() -> dict:
+            import statistics
+
+            import torch
+
+            prof = self.profile_layers(**params)
+            sm = self.split_model
+            x = self.inputs[0][0] if self.inputs else self._example_input().to(self.device)
+            sync = torch.cuda.synchronize if str(self.device).startswith("cuda") else None
+            walls = []
+            with torch.inference_mode():
+                for _ in range(max(0, full_repeats)):
+                    if sync:
+                        sync()
+                    t0 = time.perf_counter_ns()
+                    sm.run_full(x)
+                    if sync:
+                        sync()
+                    walls.append((time.perf_counter_ns() - t0) / 1e6)
+            if walls:
+                prof.update(full_ms=statistics.median(walls), full_repeats=len(walls),
+                            full_ms_min=min(walls), full_ms_max=max(walls))
+            return prof
+
+        return json.dumps(self._guard(run))
+
+    def profile_layers(self, repeats: int = 5, warmup: int = 1) -> dict:
+        """Time the whole model layer by layer ``repeats`` times after ``warmup`` runs."""
+        import statistics
+
+        import torch
+
+        sm = self.split_model
+        x = self.inputs[0][0] if self.inputs else self._example_input().to(self.device)
+        with torch.inference_mode():
+            for _ in range(int(warmup)):
+                sm.run_full(x, timed=True)
+            runs = [sm.run_full(x, timed=True)[1] for _ in range(max(1, int(repeats)))]
+        per: dict[int, list[float]] = {}
+        for run in runs:
+            for idx, ms in run:
+                per.setdefault(int(idx), []).append(float(ms))
+        layers = {str(k): statistics.median(v) for k, v in sorted(per.items())}
+        return {"layers": layers, "total_ms": sum(layers.values()), "repeats": int(repeats),
+                "threads": torch.get_num_threads()}
+
+    def _example_input(self) -> Any:
+        from experiment_design.models import example_input
+
+        model = self.config["model"]
+        return example_input(model["name"], batch=int(model.get("batch") or 1),
+                             seed=int(self.config.get("seed", 0)))
+
+    def exposed_probe_link(self, params_json: str = "{}") -> str:
+        """Measure the link to the downstream partner (edge roles)."""
+        self.touch()
+        return json.dumps(None)
+
+    def exposed_warmup(self, n: int) -> str:
+        """Unrecorded warm-up work; returns ``{"seconds"}``."""
+        self.touch()
+        t0 = time.perf_counter()
+        self._guard(lambda: self.warmup(int(n)))
+        return json.dumps({"seconds": time.perf_counter() - t0})
+
+    def warmup(self, n: int) -> None:
+        """Role hook: run ``n`` warm-up passes (not recorded)."""
+
+    def exposed_prepare_partitioner(self, ctx_json: str) -> str:
+        """Give the partitioner its context (edge roles)."""
+        self.touch()
+        return json.dumps(None)
+
+    def exposed_start_task(self, task_json: str) -> str:
+        """Start ``{"task": name, "params": {...}}`` in a background thread."""
+        self.touch()
+        from experiment_design.tasks import create_task
+
+        spec = json.loads(task_json)
+        with self._lock:
+            if self._task_thread is not None and self._task_thread.is_alive():
+                raise TracrError(f"{self.instance}: task '{self._task_name}' is still running")
+        task = self._guard(lambda: create_task(spec["task"], **(spec.get("params") or {})))
+        with self._lock:
+            self._state, self._task_name, self._error = "running", spec["task"], None
+            self._done, self._total = 0, None
+        self._task_thread = threading.Thread(
+            target=self._run_task, args=(task,), name=f"task-{spec['task']}", daemon=True
+        )
+        self._task_thread.start()
+        return json.dumps({"started": spec["task"]})
+
+    def _run_task(self, task: Any) -> None:
+        try:
+            task.run(self)
+            state, error = "done", None
+        except Exception as exc:  # reported through poll(), never lost
+            log.error("task %s failed: %s", task.name, exc)
+            log.debug("%s", traceback.format_exc())
+            state, error = "failed", f"{type(exc).__name__}: {exc}"
+        with self._changed:
+            self._state, self._error = state, error
+            self._changed.notify_all()
+
+    def exposed_poll(self, params_json: str = "{}") -> str:
+        """New records, layer rows and logs since the last poll, plus task state.
+
+        ``{"wait_s": s}`` blocks up to s seconds unless the task state changes,
+        so the observer learns of completion at once without busy polling.
+        """
+        self.touch()
+        wait_s = float(json.loads(params_json or "{}").get("wait_s", 0))
+        with self._changed:
+            if wait_s > 0 and self._state == "running":
+                self._changed.wait(wait_s)
+            out = {
+                "state": self._state,
+                "task": self._task_name,
+                "done": self._done,
+                "total": self._total,
+                "split": self._split,
+                "records": self._records,
+                "layers": self._layers,
+                "error": self._error,
+            }
+            self._records, self._layers = [], []
+        out["logs"] = self.logs.drain() if self.logs is not None else []
+        return json.dumps(out)
+
+    def exposed_finish(self) -> str:
+        """End a running ``wait`` task (the observer's "finish")."""
+        self.touch()
+        self.finish_event.set()
+        return "ok"
+
+    def exposed_cancel(self) -> str:
+        """Ask the running task to stop at its next step (the run is being aborted)."""
+        self.touch()
+        self.cancel_event.set()
+        self.finish_event.set()
+        return "ok"
+
+    def exposed_heartbeat(self) -> str:
+        """Keep the watchdog quiet."""
+        self.touch()
+        return "ok"
+
+    def exposed_shutdown(self) -> str:
+        """Stop this participant shortly after replying."""
+        self.touch()
+        self.close()
+        if self.on_exit:
+            threading.Timer(0.05, self.on_exit, args=("shutdown requested",)).start()
+        return "bye"
+
+    def busy(self) -> bool:
+        """True while a (possibly long) observer call is being served."""
+        return self._inflight > 0
+
+    def _guard(self, fn: Callable[[], Any]) -> Any:
+        """Run fn; turn any exception into one readable TracrError for the observer.
+
+        A call in progress counts as activity for the idle watchdog (set-up can
+        take longer than the idle limit on a slow device).
+        """
+        with self._lock:
+            self._inflight += 1
+        try:
+            return fn()
+        except TracrError:
+            raise
+        except Exception as exc:
+            log.debug("%s", traceback.format_exc())
+            raise TracrError(f"{self.instance or self.role_name}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            with self._lock:
+                self._inflight -= 1
+            self.touch()
+
+
+def _plain(obj: Any) -> Any:
+    """A dataclass (SplitPoint, LayerInfo) as a JSON-able dict."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj):
+        return {k: _plain(v) for k, v in dataclasses.asdict(obj).items()}
+    if isinstance(obj, (tuple, list)):
+        return [_plain(v) for v in obj]
+    return obj

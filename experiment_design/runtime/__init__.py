@@ -1,0 +1,19 @@
+"""The participant side at run time: process entry point, control auth, log capture, watchdog.
+
+``connect_control(host, port, secret)`` is the observer's way in: an rpyc
+connection that has passed the HMAC challenge first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def connect_control(host: str, port: int, secret: bytes, timeout: float = 10.0) -> Any:
+    """Open an authenticated rpyc control connection to a participant."""
+    from experiment_design.runtime.auth import connect_control as _connect
+
+    return _connect(host, port, secret, timeout=timeout)
+
+
+__all__ = ["connect_control"]

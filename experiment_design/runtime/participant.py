@@ -1,0 +1,138 @@
+"""The participant process: ``python -m experiment_design.runtime.participant --role NAME``.
+
+Reads the control secret (hex) as the first line of stdin, serves the role
+over rpyc on ``--host``/``--port`` behind the HMAC authenticator, prints one
+``TRACR-READY {"port": N, "pid": P}`` line, and exits when stdin closes, the
+observer's connection closes, shutdown() is called, or no call arrives for
+``--idle-timeout`` seconds. On exit it removes ``--workdir`` when
+``--cleanup-workdir`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+
+log = logging.getLogger("experiment_design.runtime.participant")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options of the participant process."""
+    p = argparse.ArgumentParser(prog="python -m experiment_design.runtime.participant")
+    p.add_argument("--role", required=True)
+    p.add_argument("--instance", default="")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--cleanup-workdir", action="store_true")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--idle-timeout", type=float, default=30.0)
+    return p.parse_args(argv)
+
+
+class Lifecycle:
+    """Owns the exit path: one reason, one cleanup, then the process ends."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.server = None
+        self.service = None
+        self._once = threading.Lock()
+
+    def exit(self, reason: str) -> None:
+        """Stop serving, clean up, and end the process (from any thread)."""
+        if not self._once.acquire(blocking=False):
+            return
+        log.info("participant exiting: %s", reason)
+        try:
+            if self.service is not None:
+                self.service.close()
+        except Exception:  # exiting anyway
+            pass
+        try:
+            if self.server is not None:
+                self.server.close()
+        except Exception:
+            pass
+        if self.args.workdir and self.args.cleanup_workdir:
+            shutil.rmtree(self.args.workdir, ignore_errors=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # daemon threads may sit in torch ops or blocking sockets; do not wait for them
+        os._exit(0)
+
+
+def _watch_stdin(life: Lifecycle) -> None:
+    try:
+        while sys.stdin.readline():
+            pass
+    except (OSError, ValueError):
+        pass
+    life.exit("stdin closed (observer gone)")
+
+
+def _watch_idle(life: Lifecycle, service, idle_s: float) -> None:
+    while True:
+        time.sleep(min(1.0, idle_s / 4))
+        if not service.busy() and time.monotonic() - service.last_call > idle_s:
+            life.exit(f"no call from the observer for {idle_s:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = parse_args(argv)
+    secret_line = sys.stdin.readline().strip()
+    if not secret_line:
+        print("participant: expected the control secret (hex) on stdin", file=sys.stderr)
+        return 2
+    secret = bytes.fromhex(secret_line)
+
+    from experiment_design.runtime.logcapture import LogBuffer
+
+    buffer = LogBuffer()
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(buffer)
+    stderr_handler = logging.StreamHandler(sys.stderr)
+    stderr_handler.setLevel(logging.WARNING)
+    root.addHandler(stderr_handler)
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from experiment_design.roles import get_role
+    from experiment_design.runtime.auth import control_server
+
+    life = Lifecycle(args)
+    role_cls = get_role(args.role)
+    service = role_cls(instance=args.instance, threads=args.threads, logs=buffer, on_exit=life.exit)
+    life.service = service
+    rpyc_log = logging.getLogger("experiment_design.runtime.rpyc")
+    rpyc_log.setLevel(logging.WARNING)  # rpyc's per-connection chatter is not run news
+    server = control_server(service, secret, args.host, args.port, logger=rpyc_log)
+    life.server = server
+    threading.Thread(target=_watch_stdin, args=(life,), daemon=True, name="stdin-watch").start()
+    threading.Thread(
+        target=_watch_idle, args=(life, service, args.idle_timeout), daemon=True, name="idle-watch"
+    ).start()
+    port = server.port
+    print("TRACR-READY " + json.dumps({"port": port, "pid": os.getpid()}), flush=True)
+    log.info("role %s listening on %s:%s (threads=%s)", args.role, args.host, port,
+             torch.get_num_threads())
+    try:
+        server.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    life.exit("server stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

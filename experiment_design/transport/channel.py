@@ -1,0 +1,366 @@
+"""DataChannel: one authenticated, framed TCP connection between two participants.
+
+Tensors never go through rpyc (which copies the rest of a large message on every socket
+write); they go here, as raw or blosc2-compressed buffers written with ``sendall`` on
+memoryviews and read with ``recv_into`` straight into the memory the received tensor
+will live in. Every time is read from this side's own clock: a transfer time that
+matters is a round trip (:meth:`DataChannel.request`, :meth:`DataChannel.probe`), never
+a difference between two hosts' clocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import statistics
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from experiment_design.errors import TracrError
+from experiment_design.transport.codec import (
+    RAW,
+    CodecConfig,
+    decompress_into,
+    encode_tensor,
+    load_blosc2,
+    now_ms,
+    tensor_from,
+)
+from experiment_design.transport.errors import ChannelClosed, TransportError
+from experiment_design.transport.frame import PREFIX, Limits, pack_head, parse_header, parse_prefix
+
+log = logging.getLogger(__name__)
+
+PROBE_OP = "__probe__"
+PROBE_ACK_OP = "__probe_ack__"
+_COALESCE = (
+    64 * 1024
+)  # below this, header and payload leave in one write (one segment with NODELAY)
+_WAITALL = getattr(socket, "MSG_WAITALL", 0)
+_KEEP_SCRATCH = 64 << 20  # larger scratch buffers are dropped after use
+_READ_AHEAD = 256 * 1024
+
+
+@dataclass(slots=True)
+class SendStats:
+    """What one :meth:`DataChannel.send` cost on the sender.
+
+    ``send_ms`` is the time to hand the frame to the kernel; on a fast link that is close
+    to the transfer, on a slow one the bytes may still be in flight when it returns.
+    The transfer time proper is a round trip on this clock: see :meth:`DataChannel.request`.
+    """
+
+    raw_bytes: int
+    encoded_bytes: int
+    encode_ms: float
+    send_ms: float
+    wire_bytes: int = 0  # prefix + header + payload
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON view."""
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class RecvStats:
+    """What one :meth:`DataChannel.recv` cost on the receiver.
+
+    ``recv_ms`` runs from the arrival of the frame's prefix to its last byte (waiting for
+    the peer to start sending is not counted); ``decode_ms`` is decompression only.
+    """
+
+    raw_bytes: int
+    encoded_bytes: int
+    decode_ms: float
+    recv_ms: float
+    wire_bytes: int = 0
+    codec: str = "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON view."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """A request and its reply, timed on the requester's clock.
+
+    ``rtt_ms`` runs from the first byte written to the last reply byte read (encoding and
+    decoding excluded) and so includes whatever the peer did before replying; a peer that
+    reports its own processing time in the reply header lets the caller subtract it.
+    """
+
+    send: SendStats
+    recv: RecvStats
+    rtt_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON view."""
+        return {"send": self.send.to_dict(), "recv": self.recv.to_dict(), "rtt_ms": self.rtt_ms}
+
+
+class DataChannel:
+    """A framed, authenticated tensor connection. Build one with :class:`DataServer` or :func:`connect`.
+
+    Sends and receives may run on two threads at once (one of each); two concurrent
+    senders are serialized.
+
+    >>> # edge side                              # cloud side
+    >>> # ch = connect(host, port, secret, cfg)  # ch = server.accept()
+    >>> # ch.send({"split": 4}, {"x": t})        # header, tensors, stats = ch.recv()
+    """
+
+    def __init__(self, sock: socket.socket, codec: CodecConfig, limits: Limits | None = None):
+        self.sock = sock
+        self.codec = codec
+        self.limits = limits or Limits()
+        try:
+            self.peer: tuple[Any, ...] = sock.getpeername()
+        except OSError:
+            self.peer = ("?", 0)
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._scratch = bytearray()
+        # Read-ahead buffer: a small frame (prefix, header and payload) usually arrives in
+        # one segment and is then taken with one recv instead of three.
+        self._rbuf = bytearray(_READ_AHEAD)
+        self._rview = memoryview(self._rbuf)
+        self._rpos = self._rend = 0
+        self.closed = False
+        if codec.compresses:
+            load_blosc2()  # import now, so the first measured send does not pay for it
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(
+        self,
+        header: dict[str, Any],
+        tensors: dict[str, torch.Tensor] | None = None,
+        *,
+        codec: CodecConfig | None = None,
+    ) -> SendStats:
+        """Send one message: a JSON-able ``header`` and named tensors (encoded with ``codec``
+        or the channel's codec). Tensors on an accelerator are copied to the CPU first and
+        that copy counts as encoding time."""
+        cfg = codec or self.codec
+        t0 = now_ms()
+        encoded = [encode_tensor(name, t, cfg) for name, t in (tensors or {}).items()]
+        head = pack_head(header, encoded)
+        t1 = now_ms()
+        buffers = [b for e in encoded for b in e.buffers]
+        payload = len(buffers[0]) if len(buffers) == 1 else sum(len(b) for b in buffers)
+        with self._send_lock:
+            self._check_open()
+            try:
+                if payload <= _COALESCE:
+                    self.sock.sendall(b"".join([head, *buffers]))
+                else:
+                    self.sock.sendall(head)
+                    for buf in buffers:
+                        self.sock.sendall(buf)
+            except OSError as exc:
+                self.close()
+                raise TransportError(
+                    f"sending to {self.peer[0]}:{self.peer[1]} failed: {exc}"
+                ) from exc
+        t2 = now_ms()
+        raw = 0
+        for e in encoded:
+            raw += e.raw_nbytes
+        return SendStats(raw, payload, t1 - t0, t2 - t1, len(head) + payload)
+
+    # -- receiving -------------------------------------------------------------------------
+    def recv(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], RecvStats]:
+        """Wait for the next message; probe messages from the peer are answered on the way.
+
+        Raises :class:`ChannelClosed` when the peer closes between messages and
+        :class:`ProtocolError` (the channel is then closed) on anything that is not a
+        valid frame.
+        """
+        while True:
+            header, tensors, stats = self._recv_frame()
+            if header.get("op") == PROBE_OP:
+                self.send({"op": PROBE_ACK_OP}, codec=RAW)
+                continue
+            return header, tensors, stats
+
+    def _recv_frame(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], RecvStats]:
+        with self._recv_lock:
+            self._check_open()
+            try:
+                return self._read_frame()
+            except TransportError:
+                self.close()
+                raise
+            except OSError as exc:
+                self.close()
+                raise TransportError(
+                    f"receiving from {self.peer[0]}:{self.peer[1]} failed: {exc}"
+                ) from exc
+
+    def _read_frame(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], RecvStats]:
+        prefix = self._take(PREFIX.size)
+        t0 = now_ms()
+        nbuf, hlen, plen = parse_prefix(prefix, self.limits)
+        header, entries = parse_header(self._take(hlen), nbuf, plen, self.limits)
+        tensors: dict[str, torch.Tensor] = {}
+        decode_ms = 0.0
+        codecs = set()
+        for e in entries:
+            codecs.add(e.codec)
+            if e.raw_nbytes == 0:
+                tensors[e.name] = tensor_from(e, None)
+                continue
+            if e.codec == "none":
+                buf = bytearray(e.raw_nbytes)
+                self._read_into(memoryview(buf), e.raw_nbytes)
+            else:
+                src = self._scratch_view(e.encoded_nbytes)
+                self._read_into(src, e.encoded_nbytes)
+                d0 = now_ms()
+                buf = bytearray(e.raw_nbytes)
+                decompress_into(e, src, buf, self.codec.nthreads)
+                decode_ms += now_ms() - d0
+            tensors[e.name] = tensor_from(e, buf)
+        if len(self._scratch) > _KEEP_SCRATCH:
+            self._scratch = bytearray()
+        t1 = now_ms()
+        if len(codecs) > 1:
+            codecs.discard("none")
+        stats = RecvStats(
+            raw_bytes=sum(e.raw_nbytes for e in entries),
+            encoded_bytes=plen,
+            decode_ms=decode_ms,
+            recv_ms=(t1 - t0) - decode_ms,
+            wire_bytes=PREFIX.size + hlen + plen,
+            codec=",".join(sorted(codecs)) or "none",
+        )
+        return header, tensors, stats
+
+    def _scratch_view(self, n: int) -> memoryview:
+        if len(self._scratch) < n:
+            self._scratch = bytearray(n)
+        return memoryview(self._scratch)[:n]
+
+    def _take(self, n: int) -> bytes:
+        """``n`` bytes of the stream, through the read-ahead buffer."""
+        if n > len(self._rbuf) // 2:
+            out = bytearray(n)
+            self._read_into(memoryview(out), n)
+            return bytes(out)
+        if self._rend - self._rpos < n:
+            if self._rpos + n > len(self._rbuf):  # not enough room left: move the tail to the front
+                tail = self._rend - self._rpos
+                self._rview[:tail] = self._rview[self._rpos : self._rend]
+                self._rpos, self._rend = 0, tail
+            while self._rend - self._rpos < n:
+                k = self.sock.recv_into(self._rview[self._rend :])
+                if k == 0:
+                    if self._rend == self._rpos:
+                        raise ChannelClosed("the peer closed the data channel")
+                    raise ChannelClosed("peer closed the connection in the middle of a frame")
+                self._rend += k
+        out = bytes(self._rview[self._rpos : self._rpos + n])
+        self._rpos += n
+        return out
+
+    def _read_into(self, view: memoryview, n: int) -> None:
+        """Fill ``view[:n]``: first from the read-ahead buffer, then straight from the socket."""
+        got = min(n, self._rend - self._rpos)
+        if got:
+            view[:got] = self._rview[self._rpos : self._rpos + got]
+            self._rpos += got
+        if self._rpos == self._rend:
+            self._rpos = self._rend = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got, _WAITALL)
+            if k == 0:
+                raise ChannelClosed(
+                    f"peer closed the connection in the middle of a frame ({got}/{n} bytes)"
+                )
+            got += k
+
+    # -- round trips -----------------------------------------------------------------------
+    def request(
+        self,
+        header: dict[str, Any],
+        tensors: dict[str, torch.Tensor] | None = None,
+        *,
+        codec: CodecConfig | None = None,
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor], RequestStats]:
+        """Send a message and wait for the peer's reply; the round trip is timed here only."""
+        t0 = now_ms()
+        sstats = self.send(header, tensors, codec=codec)
+        rheader, rtensors, rstats = self.recv()
+        total = now_ms() - t0
+        rtt = total - sstats.encode_ms - rstats.decode_ms
+        return rheader, rtensors, RequestStats(sstats, rstats, rtt)
+
+    def _probe_once(self, payload: torch.Tensor | None) -> float:
+        t0 = now_ms()
+        self.send({"op": PROBE_OP}, {"p": payload} if payload is not None else None, codec=RAW)
+        header, _, _ = self._recv_frame()
+        t1 = now_ms()
+        if header.get("op") != PROBE_ACK_OP:
+            raise TransportError(f"expected a probe acknowledgement, got op {header.get('op')!r}")
+        return t1 - t0
+
+    def probe(self, sizes: tuple[int, ...] = (65536, 1048576), rounds: int = 3) -> dict[str, Any]:
+        """Measure the link to the peer on this side's clock (the peer must be in :meth:`recv`).
+
+        ``rtt_ms`` is the median round trip of an empty message; for each payload size the
+        round trip minus that rtt is the time the bytes took, and ``bandwidth_Bps`` is read
+        from the largest size. Payloads go raw so the codec does not distort the figure.
+        The first round trip is a warm-up and is not counted.
+        """
+        if rounds < 1 or not sizes:
+            raise TracrError("probe needs at least one round and one size")
+        self._probe_once(None)  # warm-up: connection and code paths
+        small = [self._probe_once(None) for _ in range(rounds)]
+        rtt = statistics.median(small)
+        samples: list[dict[str, Any]] = [{"bytes": 0, "ms": ms} for ms in small]
+        bandwidth = 0.0
+        for size in sorted(sizes):
+            payload = torch.zeros(int(size), dtype=torch.uint8)
+            times = [self._probe_once(payload) for _ in range(rounds)]
+            samples.extend({"bytes": int(size), "ms": ms} for ms in times)
+            med = statistics.median(times)
+            transfer = med - rtt if med > rtt else med
+            bandwidth = size / (transfer / 1e3)
+        return {"bandwidth_Bps": bandwidth, "rtt_ms": rtt, "samples": samples}
+
+    def set_timeout(self, seconds: float | None) -> None:
+        """Bound every later socket wait (None: wait forever, the default after the handshake).
+
+        A timeout in the middle of a frame leaves the stream out of step, so the channel is
+        closed when one fires; use it to notice a partner that went silent, not to poll.
+        """
+        self.sock.settimeout(seconds)
+
+    # -- lifetime --------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ChannelClosed("the data channel is closed")
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def __enter__(self) -> DataChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<DataChannel {self.peer[0]}:{self.peer[1]} {self.codec.codec} {state}>"

@@ -1,0 +1,152 @@
+"""The emulated lab end to end on this machine: namespaces, sshd, shaping, quotas, teardown."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "devices.yaml"))
+    return tmp_path
+
+
+def _namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith("tracr-lab-")]
+
+
+def _links() -> list[str]:
+    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True).stdout
+    return [link["ifname"] for link in json.loads(out) if link["ifname"].startswith("trlab-")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _ssh(state: dict, address: str, command: str) -> subprocess.CompletedProcess:
+    argv = [
+        "ssh", "-i", state["client_key"], "-o", "IdentitiesOnly=yes",
+        "-o", f"UserKnownHostsFile={state['known_hosts']}", "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+        f"root@{address}", command,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+def _assert_nothing_left(cfg: Path, pids: list[int]) -> None:
+    assert _namespaces() == []
+    assert _links() == []
+    assert not [p for p in pids if _alive(p)]
+    assert not list(Path("/sys/fs/cgroup/cpu").glob("tracr-lab-*"))
+    assert not (cfg / "lab").exists()
+
+
+def test_lab_up_ssh_shaping_quota_and_down(cfg):
+    from app_api import lab
+    from app_api.devices.registry import DeviceRegistry
+
+    if _namespaces():
+        pytest.skip("a tracr lab is already up on this machine")
+    state = lab.up(hosts=2, bandwidth="4MB/s", cpu_quota=["lab-1=0.25"])
+    pids = [h["sshd_pid"] for h in state["hosts"]]
+    try:
+        assert sorted(_namespaces()) == ["tracr-lab-1", "tracr-lab-2"]
+        assert json.loads((cfg / "lab" / "state.json").read_text())["complete"] is True
+        for h in state["hosts"]:
+            assert _alive(h["sshd_pid"])
+            with socket.create_connection((h["address"], 22), timeout=5) as s:  # from the root ns
+                assert s.recv(4) == b"SSH-"
+
+        # Key login as root, host key checked against tracr's known_hosts.
+        r = _ssh(state, "10.213.0.2", "cat /proc/self/cgroup; ip -o -4 addr show")
+        assert r.returncode == 0, r.stderr
+        assert "tracr-lab-1" in r.stdout  # the session inherited sshd's cgroup
+        assert "10.213.0.2/24" in r.stdout
+        assert _ssh(state, "10.213.0.3", "true").returncode == 0
+
+        # Paired in the device registry.
+        reg = DeviceRegistry.load()
+        dev = reg.get("lab-1")
+        assert (dev.host, dev.user, dev.data_host, dev.tags) == (
+            "10.213.0.2",
+            "root",
+            "10.213.0.2",
+            ["lab"],
+        )
+        assert Path(dev.key) == Path(state["client_key"])
+
+        # Shaped and measured: TCP payload within 25% of the configured rate.
+        report = lab.link_report()
+        assert report["configured"]["bandwidth_Bps"] == 4e6
+        assert report["bandwidth_Bps"] == pytest.approx(4e6, rel=0.25)
+        assert 0 < report["rtt_ms"] < 50
+
+        quota_file = Path("/sys/fs/cgroup/cpu/tracr-lab-1/cpu.cfs_quota_us")
+        assert quota_file.read_text().strip() == "25000"
+        assert report["cpu"]["lab-1"]["quota"] == 0.25
+        assert 0 < report["cpu"]["lab-1"]["measured"] < 0.4
+    finally:
+        removed = lab.down()
+    assert set(removed["namespaces"]) == {"tracr-lab-1", "tracr-lab-2"}
+    assert set(removed["registry"]) == {"lab-1", "lab-2"}
+    _assert_nothing_left(cfg, pids)
+    assert "lab-1" not in DeviceRegistry.load()
+    assert "10.213.0.2" not in (cfg / "known_hosts").read_text()
+    assert lab.link_report() == {}
+    assert not any(lab.down().values())  # idempotent
+
+
+def test_lab_down_cleans_a_partial_lab_without_state(cfg):
+    """A lab whose state file is gone (crash during up) is still found by name and removed."""
+    from app_api import lab
+
+    if _namespaces():
+        pytest.skip("a tracr lab is already up on this machine")
+    subprocess.run(["ip", "netns", "add", "tracr-lab-9"], check=True)
+    subprocess.run(
+        ["ip", "link", "add", "trlab-9h", "type", "veth", "peer", "name", "trlab-9n"], check=True
+    )
+    subprocess.run(["ip", "link", "add", "trlab-br0", "type", "bridge"], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", "tracr-lab-9", "sleep", "60"])
+    try:
+        removed = lab.down()
+        assert removed["namespaces"] == ["tracr-lab-9"]
+        assert sleeper.pid in removed["processes"]
+        assert set(removed["links"]) >= {"trlab-br0"}
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+        sleeper.wait()
+    _assert_nothing_left(cfg, [sleeper.pid])
+
+
+def test_lab_cli_up_ls_down(cfg, capsys):
+    """The command line: up without shaping, ls as JSON, down."""
+    if _namespaces():
+        pytest.skip("a tracr lab is already up on this machine")
+    import app
+
+    try:
+        assert app.main(["lab", "up", "--hosts", "1", "--no-verify"]) == 0
+        capsys.readouterr()
+        assert app.main(["lab", "ls", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert [(h["name"], h["alive"]) for h in listed["hosts"]] == [("lab-1", True)]
+        assert app.main(["lab", "up", "--hosts", "1"]) == 2  # refuses a second lab
+    finally:
+        assert app.main(["lab", "down"]) == 0
+    assert _namespaces() == [] and _links() == []

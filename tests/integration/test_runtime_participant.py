@@ -1,0 +1,68 @@
+"""The participant process exits by itself when its observer goes away, and cleans up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from app_api.runner.launcher import ParticipantSpec
+from app_api.runner.local import LocalLauncher
+from experiment_design.runtime import connect_control
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_exit(proc, timeout=20.0) -> int:
+    return proc.wait(timeout=timeout)
+
+
+def test_idle_timeout_exits_and_removes_workdir():
+    work = tempfile.mkdtemp(prefix="tracr-test-idle-")
+    secret = os.urandom(32)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiment_design.runtime.participant", "--role", "cloud",
+         "--workdir", work, "--cleanup-workdir", "--idle-timeout", "2"],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        proc.stdin.write(secret.hex().encode() + b"\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline().decode()
+        assert line.startswith("TRACR-READY ")
+        ready = json.loads(line.split(" ", 1)[1])
+        assert ready["pid"] == proc.pid and ready["port"] > 0
+        conn = connect_control("127.0.0.1", ready["port"], secret)
+        assert json.loads(conn.root.hello())["role"] == "cloud"
+        t0 = time.monotonic()
+        # connection open, stdin open, but no calls: the watchdog ends it
+        assert wait_exit(proc) == 0
+        assert time.monotonic() - t0 < 15
+        assert not os.path.exists(work)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+@pytest.mark.parametrize("how", ["stdin", "connection"])
+def test_observer_gone_ends_participant(how):
+    h = LocalLauncher().start(ParticipantSpec("edge-1", "edge", "localhost", 1, os.urandom(32)))
+    try:
+        assert h.alive()
+        if how == "stdin":
+            h.proc.stdin.close()  # what happens when ssh or the observer dies
+        else:
+            h.conn.close()
+        assert wait_exit(h.proc) == 0
+        assert h.leftovers() == []
+    finally:
+        h.stop()
+    assert h.leftovers() == []

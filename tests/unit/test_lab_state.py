@@ -1,0 +1,113 @@
+"""The lab's state file and the checks that run before anything is created."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import app
+from app_api.lab import cgroup, network, state, system
+from app_api.lab.lifecycle import parse_quotas
+from experiment_design.errors import TracrError, UnknownNameError
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_state_round_trip(cfg):
+    assert state.load_state() is None
+    s = state.new_state()
+    h = state.host_entry(s, "lab-1")
+    h.update(ns="tracr-lab-1", sshd_pid=123)
+    assert state.host_entry(s, "lab-1") is h
+    path = state.save_state(s)
+    assert path == cfg / "lab" / "state.json"
+    assert not path.with_suffix(".json.tmp").exists()
+    loaded = state.load_state()
+    assert loaded["hosts"] == [{"name": "lab-1", "ns": "tracr-lab-1", "sshd_pid": 123}]
+    assert state.remove_state() is True
+    assert state.remove_state() is False
+    assert state.load_state() is None
+
+
+def test_old_state_gains_new_keys(cfg):
+    (cfg / "lab").mkdir()
+    (cfg / "lab" / "state.json").write_text(json.dumps({"version": 1, "hosts": []}))
+    loaded = state.load_state()
+    assert loaded["registry"] == [] and loaded["measured"] == {}
+
+
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"version": 99}), "[]"])
+def test_unreadable_state_is_a_user_error(cfg, text):
+    (cfg / "lab").mkdir()
+    (cfg / "lab" / "state.json").write_text(text)
+    with pytest.raises(TracrError) as err:
+        state.load_state()
+    assert "tracr lab down" in err.value.hint
+
+
+def test_non_root_is_refused_with_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(system.os, "geteuid", lambda: 1000)
+    with pytest.raises(TracrError) as err:
+        system.require_root()
+    assert "root" in err.value.message and err.value.exit_code == 2
+    for argv in (
+        ["lab", "up", "--hosts", "2"],
+        ["lab", "down"],
+        ["lab", "shape", "--bandwidth", "4MB/s"],
+    ):
+        assert app.main(argv) == 2
+        assert "needs root" in capsys.readouterr().err
+
+
+def test_non_linux_is_refused(monkeypatch):
+    monkeypatch.setattr(system.sys, "platform", "darwin")
+    with pytest.raises(TracrError, match="Linux"):
+        system.require_root()
+
+
+def test_parse_quotas():
+    assert parse_quotas(["lab-1=0.25", "lab-2=1.5"], 2) == {"lab-1": 0.25, "lab-2": 1.5}
+    assert parse_quotas({"lab-1": 0.5}, 1) == {"lab-1": 0.5}
+    assert parse_quotas(None, 2) == {}
+    with pytest.raises(UnknownNameError):
+        parse_quotas(["lab-3=0.5"], 2)
+    for bad in (["lab-1"], ["lab-1=fast"], ["lab-1=0"], ["lab-1=-1"]):
+        with pytest.raises(TracrError):
+            parse_quotas(bad, 2)
+
+
+def test_quota_us():
+    assert cgroup.quota_us(0.25) == 25_000
+    assert cgroup.quota_us(1.5) == 150_000
+    assert cgroup.quota_us(0.001) == 1000  # the kernel's minimum
+
+
+def test_delay_without_netem_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(network._QDISC_CACHE, "netem", False)
+    with pytest.raises(TracrError, match="delay unsupported on this kernel"):
+        network.shaping_plan(4e6, 10)
+    plan = network.shaping_plan(4e6, None)
+    assert plan["qdisc"] == "tbf" and plan["args"][:3] == ["tbf", "rate", "32000000bit"]
+    assert network.shaping_plan(None, None) == {"qdisc": None, "args": []}
+
+
+def test_netem_plan_when_available(monkeypatch):
+    monkeypatch.setitem(network._QDISC_CACHE, "netem", True)
+    plan = network.shaping_plan(4e6, 10)
+    assert plan["qdisc"] == "netem"
+    assert plan["args"][:5] == ["netem", "delay", "10ms", "rate", "32000000bit"]
+
+
+def test_host_names():
+    assert network.host_names(3) == {
+        "name": "lab-3",
+        "ns": "tracr-lab-3",
+        "address": "10.213.0.4",
+        "veth_host": "trlab-3h",
+        "veth_ns": "trlab-3n",
+    }

@@ -1,0 +1,160 @@
+"""Scoring partitioners against a measured sweep: regret, Spearman, partitioners.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app_api.runner.evaluate import (
+    bandwidth_what_if,
+    evaluate_partitioners,
+    evaluate_run,
+    spearman,
+    summary_view,
+    write_partitioners_json,
+)
+from experiment_design.partitioners import PartitionContext
+
+
+def test_spearman_hand_checked():
+    # ranks a = 1 2 3 4 5, ranks b = 2 1 4 3 5: d^2 = 1+1+1+1+0 = 4; rho = 1 - 6*4/(5*24) = 0.8
+    assert spearman([1, 2, 3, 4, 5], [20, 10, 40, 30, 50]) == pytest.approx(0.8)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3], [10, 11, 500]) == pytest.approx(1.0)
+    # ties: a ranks 1.5 1.5 3 ; b ranks 1 2 3 -> pearson = 0.8660254
+    assert spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(0.8660254, rel=1e-6)
+    assert spearman([1], [2]) is None
+    assert spearman([4, 4, 4], [1, 2, 3]) is None
+
+
+def _ctx():
+    """3 layers; the cloud is 10x faster; crossing bytes shrink after layer 2."""
+    layers = [
+        {
+            "index": i + 1,
+            "name": f"l{i + 1}",
+            "type": t,
+            "params": 0,
+            "param_bytes": pb,
+            "flops": None,
+            "input_bytes": ib,
+            "output_bytes": 0,
+        }
+        for i, (t, pb, ib) in enumerate(
+            [("Conv2d", 1000, 4000), ("ReLU", 0, 4000), ("Linear", 3000, 400)]
+        )
+    ]
+    return PartitionContext(
+        layers=layers,
+        points=[
+            {"index": k, "crossing_bytes": b, "valid": True}
+            for k, b in enumerate([4000, 4000, 400, 40])
+        ],
+        valid_splits=[0, 1, 2, 3],
+        edge_profile={"layer_ms": [10.0, 1.0, 6.0]},
+        cloud_profile={"layer_ms": [1.0, 0.1, 0.6]},
+        network={"bandwidth_Bps": 1e6, "rtt_ms": 0.5},
+    )
+
+
+def test_evaluate_regret_and_spearman():
+    ctx = _ctx()
+    # predicted-argmin (profile): k=0: 4+.5+1.7=6.2  k=1: 10+4.5+.7=15.2  k=2: 11+.9+.6=12.5  k=3: 17.54
+    measured = {0: 8.0, 1: 16.0, 2: 12.0, 3: 20.0}
+    ev = evaluate_partitioners(["predicted-argmin", "measured", "neurosurgeon"], ctx, measured)
+    pa = ev["predicted-argmin"]
+    assert pa["predicted"] == pytest.approx({0: 6.2, 1: 15.2, 2: 12.5, 3: 17.54})
+    assert pa["chosen"] == 0 and pa["best"] == 0 and pa["best_ms"] == 8.0
+    assert pa["regret"] == pytest.approx(1.0)
+    # predicted order 0,2,1,3 ; measured order 0,2,1,3 -> rho = 1
+    assert pa["spearman"] == pytest.approx(1.0)
+    assert ev["measured"]["chosen"] == 0 and ev["measured"]["regret"] == 1.0
+    ns = ev["neurosurgeon"]
+    assert ns["criterion"] == "ineq3" and ns["chosen"] in measured
+    assert ns["regret"] == pytest.approx(measured[ns["chosen"]] / 8.0)
+    json.dumps(ev)
+
+
+def test_evaluate_regret_above_one_and_labels_with_params():
+    ctx = _ctx()
+    measured = {0: 30.0, 1: 16.0, 2: 12.0, 3: 20.0}  # the link turned out slower than probed
+    ev = evaluate_partitioners(
+        [
+            "predicted-argmin",
+            {"name": "neurosurgeon", "label": "ns-ineq4", "params": {"criterion": "ineq4"}},
+        ],
+        ctx,
+        measured,
+    )
+    pa = ev["predicted-argmin"]
+    assert pa["chosen"] == 0 and pa["best"] == 2
+    assert pa["regret"] == pytest.approx(30.0 / 12.0)
+    # predicted ranks (0,1,2,3) = 1,3,2,4 ; measured = 4,2,1,3 ; d^2 = 9+1+1+1 = 12 -> 1 - 72/60
+    assert pa["spearman"] == pytest.approx(-0.2)
+    assert ev["ns-ineq4"]["criterion"] == "ineq4"
+
+
+def test_evaluate_reports_errors_per_partitioner_and_unmeasured_choices():
+    ctx = _ctx()
+    ctx.cloud_profile = None
+    ev = evaluate_partitioners(["neurosurgeon", "measured"], ctx, {0: 5.0, 3: 4.0})
+    assert "cloud profile" in ev["neurosurgeon"]["error"]
+    assert ev["measured"]["chosen"] == 3
+    ctx = _ctx()
+    ev = evaluate_partitioners(["predicted-argmin"], ctx, {1: 5.0, 3: 4.0})
+    assert ev["predicted-argmin"]["chosen"] == 0 and ev["predicted-argmin"]["chosen_ms"] is None
+    assert ev["predicted-argmin"]["regret"] is None
+    assert any("not measured" in n for n in ev["predicted-argmin"]["notes"])
+    view = summary_view(ev)
+    assert set(view["predicted-argmin"]) >= {"chosen", "regret", "spearman", "best"}
+
+
+def test_bandwidth_what_if_moves_the_split_earlier_as_the_link_gets_faster():
+    ctx = _ctx()
+    out = bandwidth_what_if(["predicted-argmin", "neurosurgeon", "measured"], ctx, [1e3, 1e5, 1e9])
+    chosen = [out[bw]["predicted-argmin"]["chosen"] for bw in (1e3, 1e5, 1e9)]
+    assert chosen == sorted(chosen, reverse=True)
+    assert chosen[0] == 3 and chosen[-1] == 0
+    assert "measured" not in out[1e3]
+    ctx.cloud_profile = None
+    assert "error" in bandwidth_what_if(["neurosurgeon"], ctx, [1e3])[1e3]["neurosurgeon"]
+
+
+def test_write_partitioners_json(tmp_path):
+    ctx = _ctx()
+    ev = evaluate_partitioners(["predicted-argmin"], ctx, {0: 1.0, 1: 2.0})
+    path = write_partitioners_json(tmp_path, ctx, evaluation=ev)
+    doc = json.loads(path.read_text())
+    assert doc["inputs"]["network"]["bandwidth_Bps"] == 1e6
+    assert doc["inputs"]["edge_profile"]["layer_ms"] == [10.0, 1.0, 6.0]
+    assert doc["evaluation"]["predicted-argmin"]["chosen"] == 0
+
+
+def test_evaluate_run_is_the_observers_one_call(tmp_path):
+    ctx = _ctx()
+    splits = [
+        {"split": 0, "e2e_ms_median": 8.0},
+        {"split": 1, "e2e_ms_median": 16.0},
+        {"split": 2, "e2e_ms_median": 12.0},
+        {"split": 3, "e2e_ms_median": None},
+    ]
+    view = evaluate_run(
+        ["predicted-argmin", "measured"], json.loads(json.dumps(ctx.to_dict())), splits, tmp_path
+    )
+    assert view["predicted-argmin"] == {
+        "chosen": 0,
+        "chosen_ms": 8.0,
+        "best": 0,
+        "best_ms": 8.0,
+        "regret": 1.0,
+        "spearman": pytest.approx(1.0),
+        "criterion": "argmin predicted edge + transfer + cloud",
+    }
+    assert view["measured"]["chosen"] == 0
+    doc = json.loads((tmp_path / "partitioners.json").read_text())
+    assert doc["what_if_bandwidths"] == {}
+    evaluate_run(["predicted-argmin", "measured"], ctx, splits, tmp_path, bandwidths_Bps=[1e3, 1e9])
+    doc = json.loads((tmp_path / "partitioners.json").read_text())
+    assert doc["what_if_bandwidths"]["1000.0"]["predicted-argmin"]["chosen"] == 3
+    assert doc["what_if_bandwidths"]["1000000000.0"]["predicted-argmin"]["chosen"] == 0

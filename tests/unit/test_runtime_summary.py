@@ -1,0 +1,76 @@
+"""Per-split statistics from inference rows, failed rows included."""
+
+from __future__ import annotations
+
+from app_api.results.summary import build_summary, percentile, split_stats
+
+
+def row(split, e2e, edge=1.0, transfer=2.0, cloud=3.0, error="", raw=100, enc=50):
+    r = {"split": split, "layer": f"l{split}", "error": error}
+    if not error:
+        r.update(
+            e2e_ms=e2e,
+            edge_ms=edge,
+            encode_ms=0.5,
+            transfer_ms=transfer,
+            decode_ms=0.25,
+            cloud_ms=cloud,
+            bytes_raw=raw,
+            bytes_encoded=enc,
+        )
+    return r
+
+
+def test_percentile_interpolates():
+    assert percentile([1.0], 95) == 1.0
+    assert percentile([0.0, 10.0], 50) == 5.0
+    assert abs(percentile(list(map(float, range(101))), 95) - 95.0) < 1e-9
+
+
+def test_split_stats_medians_and_failed_rows_not_averaged():
+    rows = [
+        row(0, 10.0),
+        row(0, 30.0),
+        row(0, 20.0),
+        row(1, 5.0, edge=4.0),
+        row(1, None, error="link to cloud-1 failed"),
+    ]
+    stats = split_stats(rows)
+    assert [s["split"] for s in stats] == [0, 1]
+    s0, s1 = stats
+    assert s0["count"] == 3 and s0["failed"] == 0 and s0["e2e_ms_median"] == 20.0
+    assert s0["e2e_ms_p95"] == percentile([10.0, 20.0, 30.0], 95)
+    assert s1["count"] == 1 and s1["failed"] == 1 and s1["e2e_ms_median"] == 5.0
+    assert s1["edge_ms_median"] == 4.0 and s1["bytes_raw"] == 100 and s1["bytes_encoded"] == 50
+
+
+def test_split_with_only_failures_has_no_latency():
+    stats = split_stats([row(3, None, error="boom"), row(3, None, error="boom")])
+    assert stats == [dict(stats[0], count=0, failed=2, e2e_ms_median=None)]
+    assert stats[0]["transfer_ms_median"] is None
+
+
+def test_build_summary_counts_best_split_and_overhead():
+    rows = [row(0, 100.0), row(1, 50.0), row(2, 80.0), row(2, None, error="x")]
+    s = build_summary(rows, experiment="e", run_id="r", wall_s=0.25)
+    assert s["inferences"] == 4 and s["failed"] == 1
+    assert s["best_split"] == 1
+    assert abs(s["sum_e2e_s"] - 0.23) < 1e-9
+    assert abs(s["overhead"] - 0.25 / 0.23) < 1e-9
+    assert {"experiment", "run_id", "wall_s", "splits"} <= set(s)
+
+
+def test_csv_strings_are_accepted():
+    rows = [
+        {
+            "split": "2",
+            "layer": "x",
+            "error": "",
+            "e2e_ms": "4.5",
+            "edge_ms": "",
+            "bytes_raw": "10",
+            "bytes_encoded": "7",
+        }
+    ]
+    (s,) = split_stats(rows)
+    assert s["e2e_ms_median"] == 4.5 and s["edge_ms_median"] is None and s["bytes_raw"] == 10
