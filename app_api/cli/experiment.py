@@ -30,18 +30,44 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Load, validate, run, print the summary; exit 0 ok, 1 run failed, 2 user error."""
+    """Load, validate, run, print the summary; exit 0 ok, 1 run failed, 2 user error.
+
+    With ``network.bandwidth`` set the lab link is reshaped first (lab devices only);
+    with ``network.bandwidths`` one run per rate goes into a group directory.
+    """
     import json
 
     from app_api.cli.device import export_devices_path
     from app_api.manifest import load_manifest
     from app_api.runner import run_experiment
+    from app_api.runner.network import requested_bandwidths
 
     export_devices_path(args)
     manifest = load_manifest(args.name, list(args.overrides))
-    result = run_experiment(manifest, out_dir=args.out, progress=not args.no_progress)
+    progress = not args.no_progress
+    bandwidths = requested_bandwidths(manifest)
+
+    def say(msg: str) -> None:
+        if progress:
+            print(msg, file=sys.stderr, flush=True)
+
+    if bandwidths is None:
+        result = run_experiment(manifest, out_dir=args.out, progress=progress)
+    elif len(bandwidths) == 1:
+        from app_api.runner.network import run_shaped
+
+        result = run_shaped(manifest, bandwidths[0], out_dir=args.out, progress=progress, say=say)
+    else:
+        from app_api.runner.bandwidths import run_bandwidths
+
+        result = run_bandwidths(manifest, bandwidths, out_dir=args.out, progress=progress,
+                                say=say)
     if args.json:
-        print(json.dumps(result.summary, indent=2))
+        print(json.dumps(result.summary, indent=2, default=str))
+    elif bandwidths is not None and len(bandwidths) > 1:
+        from app_api.cli.results import print_group
+
+        print_group(result.summary, result.run_dir)
     else:
         from app_api.cli.results import print_summary
 

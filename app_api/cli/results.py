@@ -50,9 +50,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """One run's summary (``--json``: summary.json byte for byte)."""
     from app_api.results import find_run, load_summary
+    from app_api.runner.bandwidths import load_group
     from experiment_design.errors import TracrError
 
     run_dir = find_run(args.run)
+    group = load_group(run_dir)
+    if group is not None:
+        if args.json:
+            print((Path(run_dir) / "group.json").read_text(), end="")
+        else:
+            print_group(group, run_dir)
+        return 0
     if args.json:
         path = Path(run_dir) / "summary.json"
         if not path.exists():
@@ -111,6 +119,7 @@ def print_summary(summary: dict, run_dir) -> None:
                   _f(cloud), _bytes(s.get("bytes_raw")), _bytes(s.get("bytes_encoded")), mark,
                   style=style)
     console.print(t)
+    _print_partitioners(console, summary)
     ov = summary.get("overhead")
     console.print(
         f"inferences: {summary.get('inferences')}  failed: {summary.get('failed')}  "
@@ -121,7 +130,78 @@ def print_summary(summary: dict, run_dir) -> None:
     )
     console.print("edge = prefix compute + encode; cloud = decode + suffix compute; "
                   "transfer = the rest of the edge's round trip")
+    lab = (summary.get("network") or {}).get("lab")
+    if lab:
+        conf = lab.get("configured") or {}
+        console.print(f"lab link: shaped to {conf.get('bandwidth') or 'unshaped'}, measured "
+                      f"{_rate(lab.get('bandwidth_Bps'))}, rtt {_f(lab.get('rtt_ms'), 3)} ms")
     console.print(f"results: {run_dir}")
+
+
+def _rate(bps) -> str:
+    return "-" if bps is None else f"{bps / 1e6:.2f} MB/s"
+
+
+def _print_partitioners(console, summary: dict) -> None:
+    """Per scored partitioner: its choice, the measured best, regret, Spearman."""
+    parts = summary.get("partitioners") or {}
+    if not parts:
+        return
+    from rich.table import Table
+
+    t = Table(title="partitioners scored against this sweep (regret = chosen ms / best ms)")
+    for col in ("partitioner", "chosen", "chosen ms", "best", "best ms", "regret", "spearman",
+                "note"):
+        t.add_column(col, justify="left" if col in ("partitioner", "note") else "right")
+    for label, p in parts.items():
+        if p.get("error"):
+            t.add_row(label, "-", "-", "-", "-", "-", "-", str(p["error"]))
+            continue
+        t.add_row(label, str(p.get("chosen")), _f(p.get("chosen_ms")), str(p.get("best")),
+                  _f(p.get("best_ms")), _f(p.get("regret"), 3), _f(p.get("spearman"), 3),
+                  str(p.get("criterion") or ""))
+    console.print(t)
+
+
+def print_group(group: dict, group_dir) -> None:
+    """A bandwidth loop: per rate, the measured best split and each partitioner's choice."""
+    from rich.table import Table
+
+    console = _console()
+    rows = group.get("rows") or []
+    labels: list[str] = []
+    for r in rows:
+        labels += [x for x in (r.get("partitioners") or {}) if x not in labels]
+    t = Table(title=f"{group.get('experiment')} / {group.get('group_id')} "
+                    f"({group.get('model')}): how the best split moves with bandwidth")
+    for col in ("bandwidth", "measured", "best split", "best ms"):
+        t.add_column(col, justify="right")
+    for label in labels:
+        t.add_column(f"{label}\nchosen (regret)", justify="right")
+    t.add_column("status")
+    for r in rows:
+        cells = [str(r.get("bandwidth")), _rate(r.get("measured_Bps")),
+                 f"{r.get('best')} ({r.get('best_layer')})", _f(r.get("best_ms"))]
+        for label in labels:
+            p = (r.get("partitioners") or {}).get(label)
+            if not p:
+                cells.append("-")
+            elif p.get("error"):
+                cells.append("error")
+            else:
+                cells.append(f"{p.get('chosen')} ({_f(p.get('regret'), 3)})")
+        t.add_row(*cells, str(r.get("status")))
+    console.print(t)
+    missing = [b for b in group.get("bandwidths") or [] if b not in {r["bandwidth"] for r in rows}]
+    if missing:
+        console.print(f"not run: {', '.join(map(str, missing))}")
+    for err in group.get("errors") or []:
+        console.print(f"error: {err}")
+    console.print(f"status: {group.get('status')}  wall: {_f(group.get('wall_s'))} s  "
+                  f"lab link restored to: "
+                  f"{((group.get('lab_shaping_after') or {}).get('bandwidth')) or 'unshaped'}")
+    console.print(f"group: {group_dir}  (each rate's run: tracr results show "
+                  f"{group_dir}/<bw-dir>)")
 
 
 def _sum(a, b):

@@ -74,14 +74,43 @@ def build_bundle() -> bytes:
         return _cache[key]
 
 
-# Runs on the device with the device's python (3.6+ syntax, stdlib only). Reads the
-# bundle from stdin, makes DIR and DIR/venv, points the venv at the device's
-# site-packages, and reports one JSON line. On failure it removes DIR itself.
+# Runs on the device with the device's python (3.6+ syntax, stdlib only), as the one
+# SSH command of a deploy. stdin carries "TRACR-BUNDLE <n>\n", n bytes of tar.gz, then
+# whatever the participant reads (its secret line; EOF when the observer goes). The
+# bundle is read with os.read on fd 0 so no buffered reader swallows the bytes after
+# it. It makes DIR and DIR/venv, points the venv at the device's site-packages,
+# reports one JSON line, and then (when the config names participant args) execs
+# ``sh -c 'cd DIR && venv/bin/python -m ...participant ...; rm -rf DIR'`` so the
+# temp dir goes away however python ends. On failure it removes DIR itself.
 BOOTSTRAP = r"""
-import importlib.util, json, os, shutil, sys, tarfile, tempfile, venv
+import base64, importlib.util, io, json, os, shlex, shutil, sys, tarfile, tempfile, venv
+cfg = json.loads(base64.b64decode(sys.argv[1]).decode()) if len(sys.argv) > 1 else {}
+
+def read_exact(n):
+    chunks = []
+    while n > 0:
+        b = os.read(0, min(n, 1 << 20))
+        if not b:
+            raise EOFError("bundle cut short")
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+def read_line():
+    out = b""
+    while not out.endswith(b"\n"):
+        b = os.read(0, 1)
+        if not b:
+            raise EOFError("no bundle header")
+        out += b
+    return out.decode()
+
 d = tempfile.mkdtemp(prefix="tracr-")
 try:
-    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|gz") as tf:
+    head = read_line().split()
+    if len(head) != 2 or head[0] != "TRACR-BUNDLE":
+        raise ValueError("bad bundle header %r" % " ".join(head))
+    with tarfile.open(fileobj=io.BytesIO(read_exact(int(head[1]))), mode="r:gz") as tf:
         if hasattr(tarfile, "data_filter"):
             tf.extractall(d, filter="data")
         else:
@@ -96,18 +125,46 @@ try:
         for p in site_dirs:
             fh.write("import site; site.addsitedir(%r)\n" % p)
     found = {m: importlib.util.find_spec(m) is not None for m in ("torch", "torchvision", "numpy", "blosc2", "PIL")}
-    print("TRACR-BOOT " + json.dumps({"dir": d, "python": os.path.join(vdir, "bin", "python"),
-          "version": "%d.%d.%d" % sys.version_info[:3], "site_dirs": site_dirs, "found": found}))
+    missing = [m for m in cfg.get("need", []) if not found.get(m)]
+    py = os.path.join(vdir, "bin", "python")
+    print("TRACR-BOOT " + json.dumps({"dir": d, "python": py, "pid": os.getpid(),
+          "version": "%d.%d.%d" % sys.version_info[:3], "site_dirs": site_dirs, "found": found,
+          "missing": missing}))
+    sys.stdout.flush()
 except BaseException as exc:
     shutil.rmtree(d, ignore_errors=True)
     print("TRACR-BOOT-FAILED %s: %s" % (type(exc).__name__, exc))
     sys.exit(3)
+if missing:
+    shutil.rmtree(d, ignore_errors=True)
+    sys.exit(4)
+if cfg.get("args") is not None:
+    argv = [py, "-m", "experiment_design.runtime.participant"] + cfg["args"] + [
+        "--workdir", d, "--cleanup-workdir"]
+    q = shlex.quote(d)
+    os.environ["PYTHONUNBUFFERED"] = "1"
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    os.execv("/bin/sh", ["sh", "-c", "cd %s && %s; rm -rf %s" % (q, " ".join(shlex.quote(a) for a in argv), q)])
 """
 
 
-def bootstrap_command(python: str) -> str:
-    """Remote shell command running :data:`BOOTSTRAP` with ``python`` (bundle on stdin)."""
+def bundle_header(bundle: bytes) -> bytes:
+    """The line that precedes the bundle on the bootstrap's stdin."""
+    return f"TRACR-BUNDLE {len(bundle)}\n".encode()
+
+
+def bootstrap_command(python: str, config: dict | None = None) -> str:
+    """Remote shell command running :data:`BOOTSTRAP` with ``python``.
+
+    ``config`` (JSON, shipped base64 in argv): ``need`` lists modules the run cannot do
+    without (the bootstrap stops before starting anything when one is missing);
+    ``args`` are participant arguments, given which the bootstrap becomes the participant.
+    """
+    import json
     import shlex
 
     code = base64.b64encode(BOOTSTRAP.encode()).decode()
-    return f"{shlex.quote(python)} -c \"import base64;exec(base64.b64decode('{code}'))\""
+    cmd = f"{shlex.quote(python)} -c \"import base64;exec(base64.b64decode('{code}'))\""
+    if config is not None:
+        cmd += " " + base64.b64encode(json.dumps(config).encode()).decode()
+    return cmd

@@ -1,13 +1,15 @@
 """Zero-deploy over SSH: a participant in a temporary venv on a paired device.
 
-For each participant: open SSH (plumbum ``SshMachine``, host key checked
-against tracr's known_hosts), ship the bundle as one tar stream into a fresh
-``/tmp/tracr-XXXXXXXX`` with a venv that reuses the device's torch, start the
-participant bound to the device's loopback with its stdin held open by the
-observer, read ``TRACR-READY``, and reach its rpyc service through an SSH
-tunnel. The remote command is wrapped so the temp dir goes away even if python
-is killed; if the observer dies, ssh dies, stdin hits EOF and the participant
-exits by itself.
+One SSH invocation per participant does the whole deploy: it connects (host
+key checked against tracr's known_hosts), becomes the ControlMaster for this
+participant, and runs the bootstrap, which reads the bundle from stdin into a
+fresh ``/tmp/tracr-XXXXXXXX``, makes a venv that reuses the device's torch,
+and execs the participant bound to the device's loopback inside a ``sh``
+wrapper that removes the dir however python ends. The observer then reads
+``TRACR-READY`` and adds a local port forward to the participant's rpyc port
+through the same master (``ssh -O forward``: no new login). The session's
+stdin stays open: if the observer dies, ssh dies, stdin hits EOF and the
+participant exits by itself.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import queue
 import secrets
 import shlex
+import socket
 import subprocess
 import tempfile
 import threading
@@ -27,7 +30,7 @@ import time
 from typing import Any
 
 from app_api.devices import ssh
-from app_api.devices.bundle import bootstrap_command, build_bundle
+from app_api.devices.bundle import bootstrap_command, build_bundle, bundle_header
 from app_api.devices.registry import Device, get_device
 from app_api.runner.launcher import Launcher, ParticipantHandle, ParticipantSpec
 from experiment_design.errors import TracrError
@@ -35,7 +38,9 @@ from experiment_design.errors import TracrError
 log = logging.getLogger(__name__)
 
 READY_PREFIX = "TRACR-READY "
+BOOT_PREFIX = "TRACR-BOOT "
 READY_TIMEOUT_S = 120.0  # a Raspberry Pi can take a while to import torch
+_EOF = object()
 
 
 def _control_dir() -> str:
@@ -49,17 +54,10 @@ def _control_dir() -> str:
     return path
 
 
-def _open_machine(device: Device, control_path: str | None = None):
-    from plumbum.machines.ssh_machine import SshMachine
-
-    opts = ssh.ssh_options(device, control_path=control_path)
-    # SshMachine adds -p/-i itself; keep ours in ssh_opts so the exact same options apply.
-    try:
-        return SshMachine(device.host, user=device.user, ssh_opts=opts, connect_timeout=20)
-    except Exception as exc:  # plumbum raises SSHCommsError/ProcessExecutionError/EOFError
-        # Re-run once with plain ssh to get a classified, readable failure.
-        ssh.run_ssh(device, "true", timeout=30)  # raises the classified error
-        raise TracrError(f"cannot open SSH to {device.name}: {exc}") from exc
+def _free_local_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class SSHParticipantHandle(ParticipantHandle):
@@ -74,157 +72,198 @@ class SSHParticipantHandle(ParticipantHandle):
         self.conn: Any = None
         self.pid: int | None = None
         self.port: int | None = None
+        self.local_port: int | None = None
         self.workdir: str | None = None
         self.env: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
         self._device = device
         self._spec = spec
-        self._machine = None
         self._ctl_dir: str | None = None
         self._ctl_name = secrets.token_hex(6)
         self._proc: subprocess.Popen | None = None
-        self._tunnel = None
+        self._command = ""
         self._stopped = False
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
-        self._stdout_q: queue.Queue[str | None] = queue.Queue()
+        self._stdout_q: queue.Queue[Any] = queue.Queue()
         self._threads: list[threading.Thread] = []
 
     # -- start ---------------------------------------------------------------------------
-    def _bootstrap(self, codec: str | None) -> None:
-        dev = self._device
-        cmd = bootstrap_command(dev.python)
-        bundle = build_bundle()
-        proc = self._machine.popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        out, err = proc.communicate(input=bundle, timeout=120)
-        out_s, err_s = out.decode(errors="replace"), err.decode(errors="replace")
-        line = next((ln for ln in out_s.splitlines() if ln.startswith("TRACR-BOOT ")), None)
-        if proc.returncode != 0 or line is None:
-            block = ssh.failure_block(
-                f"{dev.python} -c <bootstrap> < bundle", dev.host, proc.returncode, out_s, err_s
-            )
-            if proc.returncode == 127 or "not found" in err_s:
-                raise TracrError(
-                    f"{self.instance}: python '{dev.python}' not found on {dev.name}\n{block}",
-                    hint=f"Re-pair with the right interpreter: tracr device pair --name {dev.name} --python PATH",
-                )
-            raise TracrError(f"{self.instance}: deploying to {dev.name} failed\n{block}")
-        self.env = json.loads(line[len("TRACR-BOOT ") :])
-        self.workdir = self.env["dir"]
-        found = self.env.get("found", {})
-        if not found.get("torch"):
-            raise TracrError(
-                f"{self.instance}: device {dev.name} has no torch for {dev.python} "
-                f"(python {self.env.get('version')}).",
-                hint=f"Install it on the device ({dev.python} -m pip install torch torchvision), "
-                f"or re-pair with an interpreter that has it: tracr device pair --name {dev.name} --python PATH",
-            )
-        if codec not in (None, "none") and not found.get("blosc2"):
-            raise TracrError(
-                f"{self.instance}: device {dev.name} lacks blosc2, needed by codec '{codec}'.",
-                hint=f"On the device: {dev.python} -m pip install blosc2   (or run with --set transport.codec=none)",
-            )
-
-    def _pump(self, stream, sink) -> None:
+    def _pump(self, stream, sink, eof: bool) -> None:
         try:
             for raw in iter(stream.readline, b""):
                 sink(raw.decode(errors="replace").rstrip("\n"))
         except (OSError, ValueError):
             pass
         finally:
-            if sink == self._stdout_q.put:
-                self._stdout_q.put(None)
+            if eof:
+                self._stdout_q.put(_EOF)
 
-    def _start_participant(self) -> None:
+    def _launch(self, codec: str | None) -> None:
+        """Start the one ssh session that ships, bootstraps and becomes the participant."""
         dev, spec = self._device, self._spec
-        d = shlex.quote(self.workdir)
-        py = shlex.quote(self.env["python"])
-        args = [
-            "-m", "experiment_design.runtime.participant", "--role", spec.role,
-            "--instance", spec.instance, "--host", "127.0.0.1",
-            "--port", "0", "--workdir", self.workdir, "--cleanup-workdir",
-        ]  # fmt: skip
+        args = ["--role", spec.role, "--instance", spec.instance, "--host", "127.0.0.1",
+                "--port", "0"]  # fmt: skip
         if spec.threads:
             args += ["--threads", str(int(spec.threads))]
-        inner = (
-            f"cd {d} && PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 {py} "
-            f"{' '.join(shlex.quote(a) for a in args)}; rm -rf {d}"
+        need = ["torch"] + (["blosc2"] if codec not in (None, "none") else [])
+        cmd = bootstrap_command(dev.python, {"need": need, "args": args})
+        self._command = (
+            f"{dev.python} -c <bootstrap> < bundle; then in the temp dir: "
+            f"venv/bin/python -m experiment_design.runtime.participant {shlex.join(args)}"
         )
-        self._command = inner
-        self._proc = self._machine.popen(
-            f"sh -c {shlex.quote(inner)}",
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for stream, sink in (
-            (self._proc.stdout, self._stdout_q.put),
-            (self._proc.stderr, self._stderr.append),
-        ):
-            t = threading.Thread(
-                target=self._pump, args=(stream, sink), daemon=True, name=f"ssh-{self.instance}"
-            )
+        bundle = build_bundle()
+        # A session of its own: a Ctrl-C at the terminal reaches the observer, which
+        # tears down over this connection, instead of killing ssh under it.
+        self._proc = subprocess.Popen(
+            ssh.ssh_argv(dev, cmd, control_path=self._control_path()),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+        for stream, sink, eof in ((self._proc.stdout, self._stdout_q.put, True),
+                                  (self._proc.stderr, self._stderr.append, False)):  # fmt: skip
+            t = threading.Thread(target=self._pump, args=(stream, sink, eof), daemon=True,
+                                 name=f"ssh-{self.instance}")  # fmt: skip
             t.start()
             self._threads.append(t)
-        self._proc.stdin.write(spec.secret.hex().encode() + b"\n")
-        self._proc.stdin.flush()
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        try:  # the secret follows the bundle; the participant reads it as its first line
+            self._proc.stdin.write(bundle_header(bundle) + bundle + spec.secret.hex().encode() + b"\n")
+            self._proc.stdin.flush()
+        except OSError:  # ssh or the bootstrap ended early: its output says why
+            pass
+
+    def _next_line(self, deadline: float) -> str | None:
+        """The next stdout line, or None at EOF/timeout (``self._timed_out`` tells which)."""
+        ctl = self._control_path()
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._timed_out = True
+                return None
             try:
-                line = self._stdout_q.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = self._stdout_q.get(timeout=min(left, 0.05 if "ssh_s" not in self.timings else left))
             except queue.Empty:
-                line = "<timeout>"
-            if line is None or line == "<timeout>":
-                time.sleep(0.2)  # let stderr drain
-                what = (
-                    "exited"
-                    if line is None
-                    else f"did not report ready within {READY_TIMEOUT_S:.0f} s"
-                )
-                block = ssh.failure_block(
-                    inner, dev.host, self._proc.poll(), "", self.stderr_tail(40)
-                )
-                raise TracrError(
-                    f"participant {self.instance} ({spec.role}) on {dev.name} {what}\n{block}"
-                )
-            if line.startswith(READY_PREFIX):
+                if "ssh_s" not in self.timings and ctl and os.path.exists(ctl):
+                    self.timings["ssh_s"] = time.perf_counter() - self._t0  # logged in (master up)
+                continue
+            if item is _EOF:
+                self._timed_out = False
+                return None
+            return item
+
+    def _fail(self, what: str) -> TracrError:
+        dev = self._device
+        proc = self._proc
+        try:
+            rc = proc.wait(timeout=5) if not self._timed_out else proc.poll()
+        except subprocess.TimeoutExpired:
+            rc = None
+        for t in self._threads:
+            t.join(timeout=1)
+        err = self.stderr_tail(40)
+        block = ssh.failure_block(self._command, dev.host, rc, "", err)
+        if rc == 255:
+            status = ssh.classify_ssh_failure(err)
+            if status:
+                return ssh.ssh_error(dev, status, block)
+        if self.workdir is None and (rc == 127 or "not found" in err or "No such file" in err):
+            return TracrError(
+                f"{self.instance}: python '{dev.python}' not found on {dev.name}\n{block}",
+                hint=f"Re-pair with the right interpreter: tracr device pair --name {dev.name} --python PATH",
+            )
+        if self.workdir is None:
+            return TracrError(f"{self.instance}: deploying to {dev.name} failed\n{block}")
+        return TracrError(
+            f"participant {self.instance} ({self._spec.role}) on {dev.name} {what}\n{block}"
+        )
+
+    def _check_boot(self, codec: str | None) -> None:
+        dev = self._device
+        missing = self.env.get("missing") or []
+        if "torch" in missing:
+            raise TracrError(
+                f"{self.instance}: device {dev.name} has no torch for {dev.python} "
+                f"(python {self.env.get('version')}).",
+                hint=f"Install it on the device ({dev.python} -m pip install torch torchvision), "
+                f"or re-pair with an interpreter that has it: tracr device pair --name {dev.name} --python PATH",
+            )
+        if "blosc2" in missing:
+            raise TracrError(
+                f"{self.instance}: device {dev.name} lacks blosc2, needed by codec '{codec}'.",
+                hint=f"On the device: {dev.python} -m pip install blosc2   (or run with --set transport.codec=none)",
+            )
+
+    def _await_ready(self, codec: str | None) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        self._timed_out = False
+        while True:  # the bootstrap's report, then the participant's
+            line = self._next_line(deadline)
+            if line is None:
+                raise self._fail(
+                    f"did not report ready within {READY_TIMEOUT_S:.0f} s"
+                    if self._timed_out else "exited"
+                )  # fmt: skip
+            if line.startswith(BOOT_PREFIX) and not self.env:
+                self.env = json.loads(line[len(BOOT_PREFIX) :])
+                self.workdir = self.env["dir"]
+                self.timings["boot_s"] = time.perf_counter() - self._t0
+                self._check_boot(codec)
+            elif line.startswith(READY_PREFIX):
                 ready = json.loads(line[len(READY_PREFIX) :])
                 self.port, self.pid = int(ready["port"]), int(ready["pid"])
+                self.timings["ready_s"] = time.perf_counter() - self._t0
                 break
-            log.debug("%s stdout: %s", self.instance, line)
+            else:
+                log.debug("%s stdout: %s", self.instance, line)
         threading.Thread(target=self._drain_stdout, daemon=True).start()
 
     def _drain_stdout(self) -> None:
-        while (line := self._stdout_q.get()) is not None:
+        while (line := self._stdout_q.get()) is not _EOF:
             log.debug("%s stdout: %s", self.instance, line)
+
+    def _forward(self) -> int:
+        """A local port forwarded to the participant's rpyc port, through the mux master."""
+        dev = self._device
+        base = ["ssh", *ssh.ssh_options(dev, control_path=self._control_path())]
+        for _ in range(5):  # the free port can be taken between our probe and ssh's bind
+            lport = _free_local_port()
+            argv = [*base, "-O", "forward", "-L", f"127.0.0.1:{lport}:127.0.0.1:{self.port}",
+                    dev.target]  # fmt: skip
+            cp = subprocess.run(argv, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+            if cp.returncode == 0:
+                return lport
+            err = cp.stderr.decode(errors="replace")
+            if "forwarding failed" not in err.lower() and "in use" not in err.lower():
+                break
+        raise TracrError(
+            f"{self.instance}: cannot forward a local port to the participant on {dev.name}\n"
+            + ssh.failure_block(shlex.join(argv), dev.host, cp.returncode, "", err)
+        )
 
     def start(self, codec: str | None = None) -> SSHParticipantHandle:
         """Deploy and start; on any failure everything started so far is torn down."""
         from experiment_design.runtime import connect_control
 
-        t0 = time.perf_counter()
+        self._t0 = time.perf_counter()
         try:
             self._ctl_dir = _control_dir()
-            self._machine = _open_machine(self._device, self._control_path())
-            t1 = time.perf_counter()
-            self._bootstrap(codec)
-            t2 = time.perf_counter()
-            self._start_participant()
+            self._launch(codec)
+            self._await_ready(codec)
             t3 = time.perf_counter()
-            self._tunnel = self._machine.tunnel(0, self.port, lhost="127.0.0.1", dhost="127.0.0.1")
-            self.conn = connect_control("127.0.0.1", int(self._tunnel.lport), self._spec.secret)
+            self.local_port = self._forward()
+            self.conn = connect_control("127.0.0.1", self.local_port, self._spec.secret)
             t4 = time.perf_counter()
         except BaseException:
             self.stop(timeout=5)
             raise
+        ready = self.timings.pop("ready_s")
+        boot = self.timings.pop("boot_s", ready)
+        ssh_s = self.timings.pop("ssh_s", None)
         self.timings = {
-            "ssh_s": t1 - t0,
-            "ship_s": t2 - t1,
-            "participant_s": t3 - t2,
-            "connect_s": t4 - t3,
+            "ssh_s": ssh_s if ssh_s is not None else boot,
+            "ship_s": boot - (ssh_s or boot),  # unpack + venv on the device
+            "participant_s": ready - boot,  # mostly `import torch`
+            "connect_s": t4 - t3,  # port forward + authenticated rpyc
         }
-
         log.debug("%s on %s: %s", self.instance, self.device, self.timings)
         return self
 
@@ -276,10 +315,14 @@ class SSHParticipantHandle(ParticipantHandle):
             except subprocess.TimeoutExpired:
                 pass
         cleanup = []
-        if self.pid and (proc is None or proc.poll() is None):
+        running = proc is None or proc.poll() is None
+        if self.pid and running:
             cleanup.append(
                 f"kill -TERM {self.pid} 2>/dev/null; sleep 0.5; kill -KILL {self.pid} 2>/dev/null"
             )
+        elif self.env.get("pid") and running:  # still importing torch: the wrapper's child
+            w = int(self.env["pid"])
+            cleanup.append(f"pkill -TERM -P {w}; sleep 0.5; pkill -KILL -P {w}")
         # The sh wrapper removes the dir when python ends, however it ends; only a wrapper
         # that never started, or an ssh that died (255), leaves the job to us.
         wrapper_done = proc is not None and proc.poll() is not None and proc.returncode != 255
@@ -297,12 +340,6 @@ class SSHParticipantHandle(ParticipantHandle):
             for stream in (proc.stdout, proc.stderr):
                 try:
                     stream.close()
-                except Exception:
-                    pass
-        for closer in (self._tunnel, self._machine):  # the machine's ssh is the mux master: last
-            if closer is not None:
-                try:
-                    closer.close()
                 except Exception:
                     pass
         if self._ctl_dir:  # the master removes its socket on exit; make sure

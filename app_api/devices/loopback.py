@@ -36,6 +36,7 @@ class LoopbackSshd:
     dir: str
     pid: int
     log: str
+    tmp: str = ""  # TMPDIR of its sessions: where deploys make their temp dirs
     _proc: subprocess.Popen | None = None
 
     def ssh_argv(self, command: str | None = None) -> list[str]:
@@ -91,6 +92,9 @@ def start_loopback_sshd(sshd: str = SSHD, timeout: float = 10.0) -> LoopbackSshd
         )  # fmt: skip
     shutil.copy(root / "user_key.pub", root / "authorized_keys")
     os.chmod(root / "authorized_keys", 0o600)
+    # Sessions get a TMPDIR of their own, so a test can tell exactly what a deploy left
+    # behind even while other tracr runs use /tmp on the same machine.
+    (root / "tmp").mkdir(mode=0o700)
     port = _free_port()
     user = getpass.getuser()
     (root / "sshd_config").write_text(
@@ -112,6 +116,7 @@ PrintMotd no
 MaxStartups 100:30:200
 MaxSessions 50
 LogLevel ERROR
+SetEnv TMPDIR={root}/tmp
 """
     )
     if os.geteuid() == 0:
@@ -141,5 +146,6 @@ LogLevel ERROR
     (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {algo} {blob}\n")
     return LoopbackSshd(
         host="127.0.0.1", port=port, user=user, key=str(root / "user_key"),
-        known_hosts=str(root / "known_hosts"), dir=str(root), pid=proc.pid, log=str(log), _proc=proc,
+        known_hosts=str(root / "known_hosts"), dir=str(root), pid=proc.pid, log=str(log),
+        tmp=str(root / "tmp"), _proc=proc,
     )  # fmt: skip

@@ -136,12 +136,13 @@ def keep_shaping(say=lambda m: None) -> Iterator[dict]:
 
 
 def restore(before: dict, say=lambda m: None) -> None:
-    """Put back a shaping captured by :func:`current_shaping` (no re-measurement)."""
+    """Put back a shaping captured by :func:`current_shaping` (re-measured, so
+    ``tracr lab ls`` shows the restored link's figures again)."""
     from app_api.lab import shape
 
     if current_shaping() == before:
         return
-    shape(bandwidth=before.get("bandwidth"), delay_ms=before.get("delay_ms"), verify=False,
+    shape(bandwidth=before.get("bandwidth"), delay_ms=before.get("delay_ms"), verify=True,
           say=say)
     say(f"lab link restored to {before.get('bandwidth') or 'unshaped'}")
 

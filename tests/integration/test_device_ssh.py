@@ -232,12 +232,11 @@ def test_device_without_torch_is_a_clear_error_and_leaves_nothing(loopback_sshd)
     cp = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True)
     if cp.returncode == 0:
         pytest.skip("/usr/bin/python3 has torch")
-    before = set(os.listdir("/tmp"))
+    before = set(os.listdir(loopback_sshd.tmp))  # the sshd's sessions make temp dirs here
     with pytest.raises(TracrError, match="has no torch") as info:
         SSHLauncher(loopback_sshd.device(python="/usr/bin/python3")).start(_spec())
     assert "pip install torch" in info.value.hint
-    new = {n for n in set(os.listdir("/tmp")) - before if n.startswith("tracr-")}
-    assert not [n for n in new if os.path.exists(f"/tmp/{n}/venv")]  # its temp dir was removed
+    assert set(os.listdir(loopback_sshd.tmp)) - before == set()  # its temp dir was removed
 
 
 def test_deploy_refuses_changed_host_key(loopback_sshd, tmp_path):

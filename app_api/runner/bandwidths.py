@@ -1,0 +1,161 @@
+"""A bandwidth loop: one run per rate in ``network.bandwidths``, grouped in one directory.
+
+::
+
+    $TRACR_RESULTS_DIR/<experiment>/<group-id>/
+        group.json             the group summary (one row per bandwidth, see below)
+        bw-1MBps/              an ordinary run directory (summary.json, csv, plots)
+        bw-4MBps/ ...
+
+Each row of ``group.json``'s ``rows`` says, for one rate: the link as measured
+by the lab, the measured best split and its median latency, and each scored
+partitioner's choice and regret, so the table shows how the best split moves
+with bandwidth. The lab's shaping from before the loop is restored at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiment_design.errors import TracrError
+
+log = logging.getLogger(__name__)
+GROUP_FILE = "group.json"
+
+
+@dataclass
+class GroupResult:
+    """What a bandwidth loop produced (duck-compatible with ``RunResult``)."""
+
+    run_dir: Path
+    summary: dict
+    ok: bool
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every run was ok, 1 otherwise."""
+        return 0 if self.ok else 1
+
+
+def bandwidth_dir_name(bandwidth: str) -> str:
+    """A directory name for a rate: ``4MB/s`` -> ``bw-4MBps``, ``100Mbit`` -> ``bw-100Mbit``."""
+    text = str(bandwidth).strip().replace("/s", "ps").replace("/", "p")
+    return "bw-" + re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def group_row(bandwidth: str, summary: dict | None, run_dir: Path, group_dir: Path) -> dict:
+    """One table row of a group from one run's summary."""
+    from app_api.manifest import parse_bandwidth
+
+    s = summary or {}
+    lab = ((s.get("network") or {}).get("lab")) or {}
+    parts = {}
+    for label, p in (s.get("partitioners") or {}).items():
+        parts[label] = {k: p.get(k) for k in ("chosen", "chosen_ms", "regret", "spearman", "error")
+                        if k in p}
+    best = next((r for r in s.get("splits") or [] if r.get("split") == s.get("best_split")), None)
+    try:
+        rel = str(run_dir.relative_to(group_dir))
+    except ValueError:
+        rel = str(run_dir)
+    return {
+        "bandwidth": bandwidth,
+        "bandwidth_Bps": parse_bandwidth(bandwidth),
+        "measured_Bps": lab.get("bandwidth_Bps"),
+        "rtt_ms": lab.get("rtt_ms"),
+        "run": rel,
+        "run_id": s.get("run_id"),
+        "status": s.get("status", "incomplete"),
+        "best": s.get("best_split"),
+        "best_layer": best.get("layer") if best else None,
+        "best_ms": best.get("e2e_ms_median") if best else None,
+        "partitioners": parts,
+    }
+
+
+def write_group(group_dir: Path, doc: dict) -> Path:
+    """Write ``group.json``."""
+    path = group_dir / GROUP_FILE
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return path
+
+
+def load_group(path: str | Path) -> dict | None:
+    """``group.json`` of a group directory, or None."""
+    try:
+        return json.loads((Path(path) / GROUP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_bandwidths(manifest: Any, bandwidths: list[str], out_dir=None, progress: bool = True,
+                   say=lambda m: None) -> GroupResult:
+    """Run ``manifest`` once per rate over the reshaped lab link; write the group summary."""
+    import time
+
+    from app_api.manifest import load_manifest
+    from app_api.results import new_run_id, results_root
+    from app_api.runner import network
+    from app_api.runner.observer import run_experiment
+
+    network.check_lab_participants(manifest)
+    group_id = new_run_id()
+    group_dir = Path(out_dir) if out_dir else results_root() / manifest.name / group_id
+    group_dir.mkdir(parents=True, exist_ok=True)
+    doc: dict = {
+        "kind": "bandwidth-group",
+        "experiment": manifest.name,
+        "group_id": group_id,
+        "model": (manifest.model or {}).get("name"),
+        "bandwidths": list(bandwidths),
+        "overrides": list(manifest.overrides or []),
+        "status": "running",
+        "rows": [],
+        "errors": [],
+    }
+    write_group(group_dir, doc)
+    delay = (manifest.network or {}).get("delay_ms")
+    errors: list[str] = []
+    t0 = time.perf_counter()
+    status = "failed"
+    try:
+        with network.keep_shaping(say=say) as before:
+            doc["lab_shaping_before"] = before
+            for bw in bandwidths:
+                sub = load_manifest(str(manifest.path), [
+                    *list(manifest.overrides or []),
+                    f"network.bandwidth={bw}", "network.bandwidths=null"])
+                run_dir = group_dir / bandwidth_dir_name(bw)
+                say(f"bandwidth {bw}: shaping the lab link and running {manifest.name}")
+                report = network.apply(bw, delay, say=say)
+                res = run_experiment(sub, out_dir=run_dir, progress=progress, lab_link=report)
+                doc["rows"].append(group_row(bw, res.summary, run_dir, group_dir))
+                errors += [f"{bw}: {e}" for e in res.errors]
+                write_group(group_dir, doc)
+        status = "ok" if not errors else "failed"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except TracrError as exc:
+        errors.append(str(exc))
+        raise
+    finally:
+        doc.update(status=status, errors=errors, wall_s=time.perf_counter() - t0)
+        doc["lab_shaping_after"] = _safe_shaping()
+        write_group(group_dir, doc)
+    return GroupResult(run_dir=group_dir, summary=doc, ok=status == "ok", errors=errors)
+
+
+def _safe_shaping() -> dict | None:
+    from app_api.runner import network
+
+    try:
+        return network.current_shaping()
+    except Exception:  # the lab may be gone; the group summary must still be written
+        return None
