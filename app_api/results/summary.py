@@ -1,0 +1,98 @@
+"""Per-split statistics from inference rows (failed rows counted, never averaged in)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+
+
+def _num(v) -> float | None:
+    if v is None or v == "":
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _median(rows: list[dict], key: str) -> float | None:
+    vals = [v for v in (_num(r.get(key)) for r in rows) if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def split_stats(rows: Iterable[dict]) -> list[dict]:
+    """One object per split point (ascending): medians/p95 over the successful rows."""
+    by_split: dict[int, list[dict]] = {}
+    failed: dict[int, int] = {}
+    layer: dict[int, str] = {}
+    for r in rows:
+        k = int(r["split"])
+        layer.setdefault(k, str(r.get("layer", "")))
+        if r.get("error"):
+            failed[k] = failed.get(k, 0) + 1
+            by_split.setdefault(k, [])
+            continue
+        by_split.setdefault(k, []).append(r)
+    out = []
+    for k in sorted(by_split):
+        ok = by_split[k]
+        e2e = [v for v in (_num(r.get("e2e_ms")) for r in ok) if v is not None]
+        out.append({
+            "split": k,
+            "layer": layer.get(k, ""),
+            "count": len(ok),
+            "failed": failed.get(k, 0),
+            "e2e_ms_median": statistics.median(e2e) if e2e else None,
+            "e2e_ms_p95": percentile(e2e, 95) if e2e else None,
+            "edge_ms_median": _median(ok, "edge_ms"),
+            "encode_ms_median": _median(ok, "encode_ms"),
+            "transfer_ms_median": _median(ok, "transfer_ms"),
+            "decode_ms_median": _median(ok, "decode_ms"),
+            "cloud_ms_median": _median(ok, "cloud_ms"),
+            "bytes_raw": _median(ok, "bytes_raw"),
+            "bytes_encoded": _median(ok, "bytes_encoded"),
+        })
+    for s in out:
+        for key in ("bytes_raw", "bytes_encoded"):
+            if s[key] is not None:
+                s[key] = int(s[key])
+    return out
+
+
+def best_split(splits: list[dict]) -> int | None:
+    """The split with the lowest median end-to-end latency."""
+    cands = [s for s in splits if s["e2e_ms_median"] is not None]
+    return min(cands, key=lambda s: s["e2e_ms_median"])["split"] if cands else None
+
+
+def build_summary(rows: list[dict], **meta) -> dict:
+    """summary.json content: meta keys + inferences, failed, splits, best_split, sum_e2e_s,
+    overhead (wall_s / sum of e2e)."""
+    splits = split_stats(rows)
+    failed = sum(1 for r in rows if r.get("error"))
+    e2e_sum = sum(v for v in (_num(r.get("e2e_ms")) for r in rows if not r.get("error"))
+                  if v is not None) / 1e3
+    summary = dict(meta)
+    summary.update(
+        inferences=len(rows),
+        failed=failed,
+        sum_e2e_s=e2e_sum,
+        splits=splits,
+        best_split=best_split(splits),
+    )
+    wall = _num(summary.get("wall_s"))
+    summary["overhead"] = (wall / e2e_sum) if wall and e2e_sum > 0 else None
+    return summary
