@@ -126,7 +126,9 @@ class SSHParticipantHandle(ParticipantHandle):
             t.start()
             self._threads.append(t)
         try:  # the secret follows the bundle; the participant reads it as its first line
-            self._proc.stdin.write(bundle_header(bundle) + bundle + spec.secret.hex().encode() + b"\n")
+            self._proc.stdin.write(
+                bundle_header(bundle) + bundle + spec.secret.hex().encode() + b"\n"
+            )
             self._proc.stdin.flush()
         except OSError:  # ssh or the bootstrap ended early: its output says why
             pass
@@ -140,7 +142,8 @@ class SSHParticipantHandle(ParticipantHandle):
                 self._timed_out = True
                 return None
             try:
-                item = self._stdout_q.get(timeout=min(left, 0.05 if "ssh_s" not in self.timings else left))
+                wait = left if "ssh_s" in self.timings else min(left, 0.05)
+                item = self._stdout_q.get(timeout=wait)
             except queue.Empty:
                 if "ssh_s" not in self.timings and ctl and os.path.exists(ctl):
                     self.timings["ssh_s"] = time.perf_counter() - self._t0  # logged in (master up)

@@ -148,6 +148,69 @@ def totals(
     return out
 
 
+def throttled_ms(cpu_ms: float, idle_ms: float, quota_ms: float, period_ms: float,
+                 cycles: int = 120, warmup: int = 12) -> float:
+    """Median wall time of a ``cpu_ms`` burst under CFS bandwidth control, steady state.
+
+    The process alternates ``cpu_ms`` of work and ``idle_ms`` of waiting (the
+    transfer and the cloud's part, for an edge prefix). The kernel refills the
+    budget to ``quota_ms`` at every ``period_ms`` boundary; once it is spent the
+    process stalls until the next boundary. So a short prefix after an idle
+    spell runs at full speed, while a long one (or back-to-back passes) runs at
+    about ``cpu_ms * period / quota``: per-layer medians alone see neither.
+    """
+    if cpu_ms <= 0:
+        return 0.0
+    if quota_ms <= 0 or period_ms <= 0 or quota_ms >= period_ms:
+        return cpu_ms
+    import random
+
+    # a little jitter in the idle time (poll and scheduling noise) keeps the simulated
+    # process from locking onto one phase of the period, as the real one does not
+    rng = random.Random(0)
+    t, budget, walls = 0.0, quota_ms, []
+    eps = 1e-9
+    for i in range(warmup + cycles):
+        start, left = t, cpu_ms
+        while left > eps:
+            boundary = (math.floor(t / period_ms + eps) + 1) * period_ms
+            if budget > eps:
+                dt = min(left, budget, boundary - t)
+                t, left, budget = t + dt, left - dt, budget - dt
+            else:
+                t = boundary
+            if t >= boundary - eps:
+                budget = quota_ms
+        if i >= warmup:
+            walls.append(t - start)
+        before = math.floor(t / period_ms + eps)
+        t += max(0.0, idle_ms) + rng.uniform(0.0, 0.05 * period_ms)
+        if math.floor(t / period_ms + eps) > before:
+            budget = quota_ms
+    walls.sort()
+    return walls[len(walls) // 2]
+
+
+def fit_cpu_scale(layer_sum_ms: float, full_ms: float, quota_ms: float,
+                  period_ms: float) -> float:
+    """Scale for the per-layer times so back-to-back throttled passes take ``full_ms``.
+
+    The participant measured ``full_ms`` with no idle time between passes; the
+    scale that makes :func:`throttled_ms` reproduce it turns the (mostly
+    unthrottled) layer medians into CPU costs consistent with the whole pass.
+    """
+    if layer_sum_ms <= 0 or full_ms <= 0:
+        return 1.0
+    lo, hi = 0.05, 20.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if throttled_ms(mid * layer_sum_ms, 0.0, quota_ms, period_ms, cycles=30) < full_ms:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def summarize_inputs(ctx: PartitionContext) -> dict:
     """A short, printable summary of the context (what the decision was based on)."""
 
@@ -182,6 +245,10 @@ class PredictedArgmin(Partitioner):
     ``include_rtt`` (default true) adds one round-trip time to each transfer;
     ``calibrate`` (default true) scales each side's layer times so they add up
     to that side's measured full-pass median (see :func:`calibration`);
+    ``throttle`` (default true): when the edge reports a CFS CPU quota, its
+    prefix times come from :func:`throttled_ms` instead (full speed until the
+    period's quota is spent, then stalls), with the CPU cost fitted so that
+    back-to-back passes match the measured ``full_ms``;
     ``bandwidth_Bps`` / ``rtt_ms`` override the measured link for a what-if.
     """
 
@@ -198,8 +265,11 @@ class PredictedArgmin(Partitioner):
         self.k: int | None = None
         self._decision: dict = {}
 
-    def _layer_times(self, ctx: PartitionContext, side: str) -> tuple[list[float], dict]:
-        calibrate = bool(self.params.get("calibrate", True))
+    def _layer_times(
+        self, ctx: PartitionContext, side: str, calibrate: bool | None = None
+    ) -> tuple[list[float], dict]:
+        if calibrate is None:
+            calibrate = bool(self.params.get("calibrate", True))
         measured = profile_ms(ctx, side, calibrate=calibrate)
         timed = [(row, ms) for row, ms in zip(ctx.layers, measured, strict=True) if ms is not None]
         prof = getattr(ctx, f"{side}_profile")
@@ -232,11 +302,29 @@ class PredictedArgmin(Partitioner):
     def setup(self, ctx: PartitionContext) -> None:
         """Predict every valid split and keep the argmin."""
         super().setup(ctx)
-        edge, edge_info = self._layer_times(ctx, "edge")
+        quota = (ctx.edge_profile or {}).get("cpu_quota")
+        full_ms = (ctx.edge_profile or {}).get("full_ms")
+        throttle = bool(self.params.get("throttle", True)) and bool(quota) and bool(full_ms)
+        edge, edge_info = self._layer_times(ctx, "edge", calibrate=False if throttle else None)
         cloud, cloud_info = self._layer_times(ctx, "cloud")
         bw, rtt, link_src = link(ctx, self.params)
         rtt_used = rtt if self.include_rtt else 0.0
         pred = totals(edge, cloud, crossing_bytes(ctx), ctx.valid_splits, bw, rtt_used)
+        if throttle:
+            q, per = float(quota["quota_ms"]), float(quota["period_ms"])
+            scale = fit_cpu_scale(sum(edge), float(full_ms), q, per)
+            edge_info.update(throttle={"quota_ms": q, "period_ms": per, "cpu_scale": scale,
+                                       "full_ms": full_ms})
+            for p in pred.values():
+                idle = p["transfer_ms"] + p["cloud_ms"]
+                cpu = p["edge_ms"] * scale
+                # running time (the profiled wall, or the fitted CPU cost if larger) plus the
+                # quota stalls; scale < 1 means the layer walls include waiting for a core
+                # (a busy host), which costs wall time but no quota
+                stall = throttled_ms(cpu, idle, q, per) - cpu
+                p["edge_cpu_ms"], p["edge_stall_ms"] = cpu, stall
+                p["edge_ms"] = max(p["edge_ms"], cpu) + stall
+                p["total_ms"] = p["edge_ms"] + p["transfer_ms"] + p["cloud_ms"]
         self.k = min(pred, key=lambda k: (pred[k]["total_ms"], k))
         self._decision = {
             "name": self.name,

@@ -282,6 +282,7 @@ class ParticipantService(rpyc.Service):
             if walls:
                 prof.update(full_ms=statistics.median(walls), full_repeats=len(walls),
                             full_ms_min=min(walls), full_ms_max=max(walls))
+            prof["cpu_quota"] = _cpu_quota()
             return prof
 
         return json.dumps(self._guard(run))
@@ -449,3 +450,71 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, (tuple, list)):
         return [_plain(v) for v in obj]
     return obj
+
+
+def _cpu_quota() -> dict | None:
+    """This process's CFS bandwidth limit (cgroup v1 or v2), the tightest on its path.
+
+    ``{"quota_ms", "period_ms", "fraction"}`` or None when unlimited/unknown. Containers
+    (docker --cpus) and the emulated lab's slow hosts are limited this way; a throttled
+    process runs at full speed until the period's quota is spent, then stalls, which
+    predictors need to know (partitioners/predicted.py).
+    """
+    import os
+
+    best: dict | None = None
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        if ctrls == "":
+            roots = ["/sys/fs/cgroup"]
+        elif "cpu" in ctrls.split(","):
+            roots = [f"/sys/fs/cgroup/{ctrls}", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+        else:
+            continue
+        for root in roots:
+            if not os.path.isdir(root):
+                continue
+            rel = path.strip("/")
+            while True:
+                d = os.path.join(root, rel) if rel else root
+                q = _read_cfs(d)
+                if q and (best is None or q["fraction"] < best["fraction"]):
+                    best = q
+                if not rel:
+                    break
+                rel = os.path.dirname(rel)
+            break
+    return best
+
+
+def _read_cfs(d: str) -> dict | None:
+    import os
+
+    def read(name: str) -> str:
+        with open(os.path.join(d, name)) as f:
+            return f.read()
+
+    try:
+        if os.path.exists(os.path.join(d, "cpu.cfs_quota_us")):
+            quota = int(read("cpu.cfs_quota_us"))
+            period = int(read("cpu.cfs_period_us"))
+        elif os.path.exists(os.path.join(d, "cpu.max")):
+            q, per = read("cpu.max").split()
+            if q == "max":
+                return None
+            quota, period = int(q), int(per)
+        else:
+            return None
+    except (OSError, ValueError):
+        return None
+    if quota <= 0 or period <= 0:
+        return None
+    return {"quota_ms": quota / 1000, "period_ms": period / 1000, "fraction": quota / period}

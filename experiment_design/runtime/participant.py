@@ -48,6 +48,12 @@ class Lifecycle:
     def exit(self, reason: str) -> None:
         """Stop serving, clean up, and end the process (from any thread)."""
         if not self._once.acquire(blocking=False):
+            # Another thread is already exiting. Returning from the main thread would start
+            # a normal interpreter shutdown (a second or more with torch loaded) that races
+            # that thread's cleanup of the workdir; wait for its os._exit instead.
+            if threading.current_thread() is threading.main_thread():
+                time.sleep(10.0)
+                os._exit(0)
             return
         log.info("participant exiting: %s", reason)
         try:

@@ -38,16 +38,18 @@ def registry(loopback_sshd, tmp_path_factory) -> Path:
     return reg.path
 
 
-def start_observer(registry: Path, out: Path, *overrides: str) -> subprocess.Popen:
+def start_observer(
+    registry: Path, out: Path, *overrides: str, group: bool = False
+) -> subprocess.Popen:
     """`python app.py experiment run alexnet-sweep` with both participants on ``loop``."""
     sets = ["participant_instances.edge-1.device=loop", "participant_instances.cloud-1.device=loop",
-            f"partitioner.params.splits={json.dumps(SPLITS)}", "dataset.params.limit=1",
-            "run.warmup=1", *overrides]  # fmt: skip
+            f"+partitioner.params.splits={json.dumps(SPLITS)}", "dataset.params.limit=1",
+            "run.warmup=1", "partitioner.params.repeats=1", *overrides]  # fmt: skip
     cmd = [sys.executable, str(REPO / "app.py"), "experiment", "run", "alexnet-sweep",
            "--no-progress", "--out", str(out), *sum((["--set", s] for s in sets), [])]  # fmt: skip
     env = dict(os.environ, TRACR_DEVICES=str(registry))
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=group)  # fmt: skip
 
 
 def remote_participants(sshd) -> list[psutil.Process]:
@@ -59,7 +61,8 @@ def remote_participants(sshd) -> list[psutil.Process]:
     out = []
     for k in kids:
         try:
-            if PARTICIPANT in " ".join(k.cmdline()) and k.status() != psutil.STATUS_ZOMBIE:
+            # the python itself, not its sh wrapper (whose one -c argument names it too)
+            if PARTICIPANT in k.cmdline() and k.status() != psutil.STATUS_ZOMBIE:
                 out.append(k)
         except psutil.NoSuchProcess:
             pass
@@ -110,13 +113,19 @@ def assert_nothing_left(sshd, pids: list[int] = (), dirs: list[str] = ()) -> Non
     raise AssertionError(f"left behind (participants, temp dirs, ssh, pids, dirs): {left}")
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """Kill the observer if a failed assertion left it running (and reap it)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
 def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[str, str]:
     try:
         return proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+            stop(proc)
 
 
 def test_experiment_run_over_ssh(loopback_sshd, registry, tmp_path):
@@ -146,20 +155,24 @@ def test_experiment_run_over_ssh(loopback_sshd, registry, tmp_path):
     assert_nothing_left(loopback_sshd)
 
 
-def test_ctrl_c_mid_run_over_ssh_leaves_nothing(loopback_sshd, registry, tmp_path):
+@pytest.mark.parametrize("to_group", [False, True], ids=["sigint", "terminal-ctrl-c"])
+def test_ctrl_c_mid_run_over_ssh_leaves_nothing(loopback_sshd, registry, tmp_path, to_group):
+    # terminal-ctrl-c: SIGINT to the observer's whole process group, as a terminal sends it
     out = tmp_path / "run"
-    proc = start_observer(registry, out, "partitioner.params.repeats=50")
+    proc = start_observer(registry, out, "partitioner.params.repeats=50", group=to_group)
     try:
         wait_rows(out, proc, 2)
         ps = remote_participants(loopback_sshd)
         assert sorted(role_of(p) for p in ps) == ["cloud", "edge"]
         pids, dirs = [p.pid for p in ps], temp_dirs(loopback_sshd)
         assert len(dirs) == 2
-        proc.send_signal(signal.SIGINT)
+        if to_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
         _, err = finish(proc, timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop(proc)
     assert proc.returncode == 130, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["inferences"] >= 2
@@ -178,8 +191,7 @@ def test_killed_remote_participant_fails_the_run(loopback_sshd, registry, tmp_pa
         next(p for p in ps if role_of(p) == "cloud").kill()  # kill -9 the remote python
         _, err = finish(proc, timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop(proc)
     assert proc.returncode == 1, err
     assert "cloud-1" in err
     rows = read_csv(out / "inferences.csv")
