@@ -6,6 +6,13 @@
 repeat is a full cold deploy into fresh temp dirs; medians are reported with
 every sample. With no device named, a throwaway sshd on 127.0.0.1 stands in
 for two devices (or the built-in localhost when sshd is missing).
+
+Phases per participant (``phases_last_round``): ``ssh_s`` login until the
+ControlMaster is up, ``ship_s`` bundle unpacked and venv made on the device,
+``participant_s`` the participant's start-up (mostly ``import torch``),
+``connect_s`` port forward through the master plus the authenticated rpyc
+connection. The load average is reported before and after: on a shared
+machine the torch import, and so ``ready_s``, grows with it.
 """
 
 from __future__ import annotations
@@ -111,6 +118,7 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         if sshd is not None:
             sshd.stop()
+    load_after = os.getloadavg()[0]
     ready = [r["ready_s"] for r in rounds]
     teardown = [r["teardown_s"] for r in rounds]
     leftovers = sorted({x for r in rounds for x in r["leftovers"]})
@@ -119,6 +127,7 @@ def run(args: argparse.Namespace) -> dict:
         "devices": where,
         "repeats": repeats,
         "observer_load_1m_before": round(load_before, 2),
+        "observer_load_1m_after": round(load_after, 2),
         "ready_s": round(med, 3),
         "ready_s_samples": [round(x, 3) for x in ready],
         "target_ready_s": TARGET_READY_S,

@@ -110,6 +110,13 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def _deciles(xs: list[float]) -> list[float]:
+    if len(xs) < 2:
+        return [xs[0], xs[0]] if xs else [float("nan")] * 2
+    cuts = statistics.quantiles(xs, n=10)
+    return [cuts[0], cuts[-1]]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark and return the figures (see the module docstring)."""
     import socket
@@ -183,6 +190,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "spread": {
             "tracr_MBps_min_max": [min(figures["tracr_MBps"]), max(figures["tracr_MBps"])],
             "raw_MBps_min_max": [min(figures["raw_MBps"]), max(figures["raw_MBps"])],
+            "tracr_rtt_ms_p10_p90": _deciles(figures["tracr_rtt_ms"]),
+            "raw_rtt_ms_p10_p90": _deciles(figures["raw_rtt_ms"]),
         },
         "link": "loopback, peer "
         + ("on threads of this process" if in_process else "in a separate process"),

@@ -197,9 +197,10 @@ def print_group(group: dict, group_dir) -> None:
         console.print(f"not run: {', '.join(map(str, missing))}")
     for err in group.get("errors") or []:
         console.print(f"error: {err}")
-    console.print(f"status: {group.get('status')}  wall: {_f(group.get('wall_s'))} s  "
-                  f"lab link restored to: "
-                  f"{((group.get('lab_shaping_after') or {}).get('bandwidth')) or 'unshaped'}")
+    after = group.get("lab_shaping_after")
+    restored = ("" if after is None else
+                f"  lab link restored to: {after.get('bandwidth') or 'unshaped'}")
+    console.print(f"status: {group.get('status')}  wall: {_f(group.get('wall_s'))} s{restored}")
     console.print(f"group: {group_dir}  (each rate's run: tracr results show "
                   f"{group_dir}/<bw-dir>)")
 

@@ -1,6 +1,6 @@
 """Devices: the registry of paired devices, pairing, probing and zero-deploy over SSH.
 
-Heavy parts (plumbum, the SSH launcher) load on first use, so importing the
+The SSH launcher (and the runner types it needs) loads on first use, so importing the
 registry stays cheap.
 """
 

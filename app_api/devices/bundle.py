@@ -144,6 +144,10 @@ if cfg.get("args") is not None:
     q = shlex.quote(d)
     os.environ["PYTHONUNBUFFERED"] = "1"
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    # torch writes compile caches to $TMPDIR/torchinductor_<user> by default; keep them
+    # in DIR so they go with it
+    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        os.environ.setdefault(var, os.path.join(d, "cache", sub))
     os.execv("/bin/sh", ["sh", "-c", "cd %s && %s; rm -rf %s" % (q, " ".join(shlex.quote(a) for a in argv), q)])
 """
 

@@ -83,6 +83,8 @@ class SSHParticipantHandle(ParticipantHandle):
         self._proc: subprocess.Popen | None = None
         self._command = ""
         self._stopped = False
+        self._t0 = 0.0
+        self._timed_out = False
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._stdout_q: queue.Queue[Any] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -114,11 +116,9 @@ class SSHParticipantHandle(ParticipantHandle):
         bundle = build_bundle()
         # A session of its own: a Ctrl-C at the terminal reaches the observer, which
         # tears down over this connection, instead of killing ssh under it.
-        self._proc = subprocess.Popen(
-            ssh.ssh_argv(dev, cmd, control_path=self._control_path()),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )  # fmt: skip
+        self._proc = ssh.spawn(
+            ssh.ssh_argv(dev, cmd, control_path=self._control_path()), start_new_session=True
+        )
         for stream, sink, eof in ((self._proc.stdout, self._stdout_q.put, True),
                                   (self._proc.stderr, self._stderr.append, False)):  # fmt: skip
             t = threading.Thread(target=self._pump, args=(stream, sink, eof), daemon=True,
@@ -290,7 +290,7 @@ class SSHParticipantHandle(ParticipantHandle):
             log.warning("cleanup on %s: %s", self.device, exc.message)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Shut down, close stdin, wait, kill if needed, remove the temp dir, close tunnel and SSH."""
+        """Shut down, close stdin (ends the ssh master and its forward), kill if needed, clean up."""
         if self._stopped:
             return
         self._stopped = True

@@ -165,10 +165,14 @@ def run_ssh(
     argv = ssh_argv(device, command, batch=batch, control_path=control_path)
     log.debug("ssh: %s", shlex.join(argv))
     try:
-        cp = subprocess.run(
-            argv, input=input if input is not None else b"", capture_output=True,
-            timeout=timeout, env=env,
-        )  # fmt: skip
+        proc = spawn(argv, env=env)
+        try:
+            out, err = proc.communicate(input if input is not None else b"", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        cp = subprocess.CompletedProcess(argv, proc.returncode, out, err)
     except subprocess.TimeoutExpired as exc:
         block = failure_block(command, device.host, None, "", f"timed out after {timeout:.0f} s")
         raise TracrError(f"remote command on {device.name} timed out\n{block}") from exc
@@ -181,6 +185,21 @@ def run_ssh(
             raise ssh_error(device, status, block)
         raise TracrError(f"remote command failed on {device.name}\n{block}")
     return cp
+
+
+def spawn(argv: list[str], env: dict[str, str] | None = None, **popen_kwargs):
+    """Start ``argv`` (an ssh command line) through plumbum's local machine.
+
+    plumbum's ``SshMachine`` opens a remote shell and probes it on every connect (1–2 s
+    per participant); deploy needs one ssh process with its streams, so tracr uses
+    plumbum's local command layer to start ssh itself. Pipes are the default.
+    """
+    from plumbum import local
+
+    for stream in ("stdin", "stdout", "stderr"):
+        popen_kwargs.setdefault(stream, subprocess.PIPE)
+    return local[argv[0]].popen(argv[1:], env=dict(os.environ) if env is None else env,
+                                **popen_kwargs)
 
 
 def tcp_reachable(host: str, port: int, timeout: float = 3.0) -> bool:

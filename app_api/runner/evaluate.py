@@ -98,7 +98,10 @@ def evaluate_partitioners(
     }
     best = min(measured, key=lambda k: (measured[k], k)) if measured else None
     best_ms = measured.get(best) if best is not None else None
-    run_ctx = dataclasses.replace(ctx, measured=dict(measured))
+    # a sweep over some split points scores the partitioners among those points only, so
+    # every choice has a measured latency (and a regret)
+    candidates = [k for k in ctx.valid_splits if k in measured] or list(ctx.valid_splits)
+    run_ctx = dataclasses.replace(ctx, measured=dict(measured), valid_splits=candidates)
 
     out: dict[str, dict] = {}
     for entry in names:

@@ -109,6 +109,9 @@ class LocalLauncher(Launcher):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env.setdefault("OMP_NUM_THREADS", str(spec.threads or 1))
+        # torch may create compiler caches; keep them in the workdir so they go with it
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(workdir, "cache", "inductor")
+        env["TRITON_CACHE_DIR"] = os.path.join(workdir, "cache", "triton")
         errf = open(stderr_path, "wb")  # noqa: SIM115 - owned by the child
         try:
             proc = subprocess.Popen(

@@ -253,7 +253,8 @@ class Observer:
             ctx: dict[str, Any] = {}
             partners = [b for a, b in self.pairs if a == inst]
             if "edge_profile" in needs:
-                ctx["edge_profile"] = self.call(inst, "profile_layers", PROFILE_PARAMS)
+                ctx["edge_profile"] = _with_lab_quota(
+                    self.call(inst, "profile_layers", PROFILE_PARAMS), self.handles[inst].device)
             if "cloud_profile" in needs and partners:
                 ctx["cloud_profile"] = self.call(partners[0], "profile_layers", PROFILE_PARAMS)
             if partners:
@@ -493,6 +494,29 @@ class Observer:
         except Exception as exc:  # a plot must never lose a run
             log.warning("plots not drawn: %s", exc)
         return RunResult(run_dir=w.dir, summary=summary, ok=ok, errors=list(self.errors))
+
+
+def _with_lab_quota(profile: dict | None, device: str) -> dict | None:
+    """Add the lab's CPU quota of ``device`` to a profile that could not read its own.
+
+    A participant reads its CFS quota from /sys/fs/cgroup; inside a lab host
+    (``ip netns exec`` mounts a fresh /sys) that is not visible, but the lab knows
+    what it configured.
+    """
+    if not isinstance(profile, dict) or profile.get("cpu_quota"):
+        return profile
+    try:
+        from app_api.lab import link_report
+        from app_api.lab.cgroup import PERIOD_US
+
+        quota = ((link_report() or {}).get("cpu") or {}).get(device, {}).get("quota")
+    except Exception:  # no lab (or not Linux): nothing to add
+        return profile
+    if quota:
+        period_ms = PERIOD_US / 1000
+        profile["cpu_quota"] = {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
+                                "fraction": float(quota), "source": "lab"}
+    return profile
 
 
 def _bandwidths(network: dict | None) -> list[float]:

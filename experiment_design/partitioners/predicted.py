@@ -247,8 +247,9 @@ class PredictedArgmin(Partitioner):
     to that side's measured full-pass median (see :func:`calibration`);
     ``throttle`` (default true): when the edge reports a CFS CPU quota, its
     prefix times come from :func:`throttled_ms` instead (full speed until the
-    period's quota is spent, then stalls), with the CPU cost fitted so that
-    back-to-back passes match the measured ``full_ms``;
+    period's quota is spent, then stalls) on CPU costs: the measured CPU time of
+    a full pass (``full_cpu_ms``) spread over the layers by their profiled
+    shares (or, without it, fitted so back-to-back passes take ``full_ms``);
     ``bandwidth_Bps`` / ``rtt_ms`` override the measured link for a what-if.
     """
 
@@ -312,18 +313,28 @@ class PredictedArgmin(Partitioner):
         pred = totals(edge, cloud, crossing_bytes(ctx), ctx.valid_splits, bw, rtt_used)
         if throttle:
             q, per = float(quota["quota_ms"]), float(quota["period_ms"])
-            scale = fit_cpu_scale(sum(edge), float(full_ms), q, per)
+            full_cpu = (ctx.edge_profile or {}).get("full_cpu_ms")
+            mins = layer_ms_of({"layers": (ctx.edge_profile or {}).get("layers_min")},
+                               len(ctx.layers)) if (ctx.edge_profile or {}).get("layers_min") else None
+            if mins and all(v is not None for v in mins) and sum(mins) > 0:
+                # shares from each layer's fastest run (contention only adds time)
+                edge = [float(v) for v in mins]
+                pred = totals(edge, cloud, crossing_bytes(ctx), ctx.valid_splits, bw, rtt_used)
+            if full_cpu:
+                # the CPU time of a whole pass, measured: spread over the layers by their
+                # profiled shares (immune to a busy host inflating the layer walls)
+                scale, how = float(full_cpu) / sum(edge), "full_cpu_ms / sum(layer times)"
+            else:
+                scale, how = fit_cpu_scale(sum(edge), float(full_ms), q, per), "fitted to full_ms"
             edge_info.update(throttle={"quota_ms": q, "period_ms": per, "cpu_scale": scale,
-                                       "full_ms": full_ms})
+                                       "cpu_scale_from": how, "full_ms": full_ms,
+                                       "full_cpu_ms": full_cpu})
             for p in pred.values():
                 idle = p["transfer_ms"] + p["cloud_ms"]
                 cpu = p["edge_ms"] * scale
-                # running time (the profiled wall, or the fitted CPU cost if larger) plus the
-                # quota stalls; scale < 1 means the layer walls include waiting for a core
-                # (a busy host), which costs wall time but no quota
-                stall = throttled_ms(cpu, idle, q, per) - cpu
-                p["edge_cpu_ms"], p["edge_stall_ms"] = cpu, stall
-                p["edge_ms"] = max(p["edge_ms"], cpu) + stall
+                wall = throttled_ms(cpu, idle, q, per)
+                p["edge_cpu_ms"], p["edge_stall_ms"] = cpu, wall - cpu
+                p["edge_ms"] = wall
                 p["total_ms"] = p["edge_ms"] + p["transfer_ms"] + p["cloud_ms"]
         self.k = min(pred, key=lambda k: (pred[k]["total_ms"], k))
         self._decision = {

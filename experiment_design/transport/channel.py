@@ -17,6 +17,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from experiment_design.errors import TracrError
@@ -29,8 +30,20 @@ from experiment_design.transport.codec import (
     now_ms,
     tensor_from,
 )
-from experiment_design.transport.errors import ChannelClosed, TransportError
-from experiment_design.transport.frame import PREFIX, Limits, pack_head, parse_header, parse_prefix
+from experiment_design.transport.errors import ChannelClosed, ProtocolError, TransportError
+from experiment_design.transport.frame import (
+    MAGIC,
+    PREFIX,
+    VERSION,
+    Limits,
+    Table,
+    encode_header,
+    pack_head,
+    parse_caller_header,
+    parse_prefix,
+    parse_table,
+    small_raw_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +55,38 @@ _COALESCE = (
 _WAITALL = getattr(socket, "MSG_WAITALL", 0)
 _KEEP_SCRATCH = 64 << 20  # larger scratch buffers are dropped after use
 _READ_AHEAD = 256 * 1024
+_PREFIX_SIZE = PREFIX.size
+_PACK = PREFIX.pack
+_UNPACK = PREFIX.unpack_from
+_Tensor = torch.Tensor
+_from_numpy = torch.from_numpy
+_ndarray = np.ndarray
+
+
+def _small_raw(tensors: dict[str, torch.Tensor]) -> tuple[bytes, int, int, list[Any]] | None:
+    """(table, buffer count, payload bytes, buffers) when every tensor can go raw as it is
+    and the payload is small; None sends the message down the general path."""
+    key = []
+    buffers = []
+    payload = 0
+    for name, t in tensors.items():
+        if type(t) is not _Tensor and not isinstance(t, _Tensor):
+            return None
+        try:
+            # numpy() refuses what cannot go as it is (grad, accelerator, bfloat16, conj)
+            arr = t.numpy()
+        except (TypeError, RuntimeError):
+            return None
+        n = arr.nbytes
+        if not n or not arr.flags.c_contiguous:
+            return None
+        payload += n
+        if payload > _COALESCE:
+            return None
+        key.append((name, arr.dtype, arr.shape))
+        buffers.append(arr)
+    table, nbuf = small_raw_table(tuple(key))
+    return table, nbuf, payload, buffers
 
 
 @dataclass(slots=True)
@@ -129,6 +174,7 @@ class DataChannel:
         self._rbuf = bytearray(_READ_AHEAD)
         self._rview = memoryview(self._rbuf)
         self._rpos = self._rend = 0
+        self._last_table: tuple[bytes, Table] | None = None
         self.closed = False
         if codec.compresses:
             load_blosc2()  # import now, so the first measured send does not pay for it
@@ -146,16 +192,31 @@ class DataChannel:
         that copy counts as encoding time."""
         cfg = codec or self.codec
         t0 = now_ms()
-        encoded = [encode_tensor(name, t, cfg) for name, t in (tensors or {}).items()]
-        head = pack_head(header, encoded)
+        fast = None if cfg.compresses or not tensors else _small_raw(tensors)
+        if fast is not None:  # small raw tensors: cached table, numpy buffers, no dataclasses
+            table, nbuf, payload, buffers = fast
+            text = encode_header(header)
+            head = _PACK(MAGIC, VERSION, 0, nbuf, len(table), len(text), payload) + table + text
+            raw = payload
+        elif tensors:
+            encoded = [encode_tensor(name, t, cfg) for name, t in tensors.items()]
+            head = pack_head(header, encoded)
+            if len(encoded) == 1:
+                buffers = encoded[0].buffers
+                raw = encoded[0].raw_nbytes
+            else:
+                buffers = [b for e in encoded for b in e.buffers]
+                raw = sum(e.raw_nbytes for e in encoded)
+            payload = sum(map(len, buffers))
+        else:
+            head, buffers, raw, payload = pack_head(header, ()), (), 0, 0
         t1 = now_ms()
-        buffers = [b for e in encoded for b in e.buffers]
-        payload = len(buffers[0]) if len(buffers) == 1 else sum(len(b) for b in buffers)
         with self._send_lock:
-            self._check_open()
+            if self.closed:
+                raise ChannelClosed("the data channel is closed")
             try:
-                if payload <= _COALESCE:
-                    self.sock.sendall(b"".join([head, *buffers]))
+                if payload <= _COALESCE:  # one write, one segment: cheaper than two syscalls
+                    self.sock.sendall(b"".join([head, *buffers]) if buffers else head)
                 else:
                     self.sock.sendall(head)
                     for buf in buffers:
@@ -166,9 +227,6 @@ class DataChannel:
                     f"sending to {self.peer[0]}:{self.peer[1]} failed: {exc}"
                 ) from exc
         t2 = now_ms()
-        raw = 0
-        for e in encoded:
-            raw += e.raw_nbytes
         return SendStats(raw, payload, t1 - t0, t2 - t1, len(head) + payload)
 
     # -- receiving -------------------------------------------------------------------------
@@ -201,41 +259,77 @@ class DataChannel:
                 ) from exc
 
     def _read_frame(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], RecvStats]:
-        prefix = self._take(PREFIX.size)
+        if self._rend - self._rpos < _PREFIX_SIZE:
+            self._fill(_PREFIX_SIZE)
         t0 = now_ms()
-        nbuf, hlen, plen = parse_prefix(prefix, self.limits)
-        header, entries = parse_header(self._take(hlen), nbuf, plen, self.limits)
+        start = pos = self._rpos
+        nbuf, tlen, hlen, plen = parse_prefix(self._rbuf, self.limits, pos)
+        pos += _PREFIX_SIZE
+        end = pos + tlen + hlen + plen
+        if end <= self._rend:  # the whole frame is read ahead (small frames): no more syscalls
+            rbuf = self._rbuf
+            last = self._last_table
+            if last is not None and len(last[0]) == tlen and rbuf.startswith(last[0], pos):
+                table = last[1]  # the same split as last time: already validated
+                if table.chunks != nbuf or table.encoded != plen:
+                    raise ProtocolError("frame table and prefix disagree on the payload")
+            else:
+                text = bytes(self._rview[pos : pos + tlen])
+                table = parse_table(text, nbuf, plen, self.limits)
+                self._last_table = (text, table)
+            pos += tlen
+            header = parse_caller_header(rbuf[pos : pos + hlen])
+            plan = table.plan
+            if plan is not None:
+                pos += hlen
+                tensors = {}
+                for name, n, npdtype, shape in plan:
+                    # over a copy of the bytes that the tensor then owns
+                    tensors[name] = _from_numpy(_ndarray(shape, npdtype, rbuf[pos : pos + n]))
+                    pos += n
+                self._rpos = end
+                return (
+                    header,
+                    tensors,
+                    RecvStats(table.raw, plen, 0.0, now_ms() - t0, end - start, "none"),
+                )
+            self._rpos = pos + hlen
+        else:
+            self._rpos = pos
+            table = parse_table(self._take(tlen), nbuf, plen, self.limits)
+            header = parse_caller_header(self._take(hlen))
         tensors: dict[str, torch.Tensor] = {}
         decode_ms = 0.0
-        codecs = set()
-        for e in entries:
-            codecs.add(e.codec)
-            if e.raw_nbytes == 0:
+        for e in table.entries:
+            n = e.raw_nbytes
+            if n == 0:
                 tensors[e.name] = tensor_from(e, None)
-                continue
-            if e.codec == "none":
-                buf = bytearray(e.raw_nbytes)
-                self._read_into(memoryview(buf), e.raw_nbytes)
+            elif e.codec == "none":
+                if self._rend - self._rpos >= n:  # already read ahead: one small copy
+                    buf = self._rbuf[self._rpos : self._rpos + n]
+                    self._rpos += n
+                else:
+                    buf = bytearray(n)
+                    self._read_into(memoryview(buf), n)
+                tensors[e.name] = tensor_from(e, buf)
             else:
                 src = self._scratch_view(e.encoded_nbytes)
                 self._read_into(src, e.encoded_nbytes)
                 d0 = now_ms()
-                buf = bytearray(e.raw_nbytes)
+                buf = bytearray(n)
                 decompress_into(e, src, buf, self.codec.nthreads)
                 decode_ms += now_ms() - d0
-            tensors[e.name] = tensor_from(e, buf)
+                tensors[e.name] = tensor_from(e, buf)
         if len(self._scratch) > _KEEP_SCRATCH:
             self._scratch = bytearray()
         t1 = now_ms()
-        if len(codecs) > 1:
-            codecs.discard("none")
         stats = RecvStats(
-            raw_bytes=sum(e.raw_nbytes for e in entries),
-            encoded_bytes=plen,
-            decode_ms=decode_ms,
-            recv_ms=(t1 - t0) - decode_ms,
-            wire_bytes=PREFIX.size + hlen + plen,
-            codec=",".join(sorted(codecs)) or "none",
+            table.raw,
+            plen,
+            decode_ms,
+            (t1 - t0) - decode_ms,
+            _PREFIX_SIZE + tlen + hlen + plen,
+            table.codec,
         )
         return header, tensors, stats
 
@@ -244,6 +338,22 @@ class DataChannel:
             self._scratch = bytearray(n)
         return memoryview(self._scratch)[:n]
 
+    def _fill(self, n: int) -> None:
+        """Make at least ``n`` (<= half the read-ahead buffer) bytes available in it."""
+        if self._rpos == self._rend:
+            self._rpos = self._rend = 0
+        elif self._rpos + n > len(self._rbuf):  # not enough room left: move the tail to the front
+            tail = self._rend - self._rpos
+            self._rview[:tail] = self._rview[self._rpos : self._rend]
+            self._rpos, self._rend = 0, tail
+        while self._rend - self._rpos < n:
+            k = self.sock.recv_into(self._rview[self._rend :])
+            if k == 0:
+                if self._rend == self._rpos:
+                    raise ChannelClosed("the peer closed the data channel")
+                raise ChannelClosed("peer closed the connection in the middle of a frame")
+            self._rend += k
+
     def _take(self, n: int) -> bytes:
         """``n`` bytes of the stream, through the read-ahead buffer."""
         if n > len(self._rbuf) // 2:
@@ -251,20 +361,10 @@ class DataChannel:
             self._read_into(memoryview(out), n)
             return bytes(out)
         if self._rend - self._rpos < n:
-            if self._rpos + n > len(self._rbuf):  # not enough room left: move the tail to the front
-                tail = self._rend - self._rpos
-                self._rview[:tail] = self._rview[self._rpos : self._rend]
-                self._rpos, self._rend = 0, tail
-            while self._rend - self._rpos < n:
-                k = self.sock.recv_into(self._rview[self._rend :])
-                if k == 0:
-                    if self._rend == self._rpos:
-                        raise ChannelClosed("the peer closed the data channel")
-                    raise ChannelClosed("peer closed the connection in the middle of a frame")
-                self._rend += k
-        out = bytes(self._rview[self._rpos : self._rpos + n])
-        self._rpos += n
-        return out
+            self._fill(n)
+        pos = self._rpos
+        self._rpos = pos + n
+        return bytes(self._rview[pos : pos + n])
 
     def _read_into(self, view: memoryview, n: int) -> None:
         """Fill ``view[:n]``: first from the read-ahead buffer, then straight from the socket."""

@@ -14,7 +14,9 @@ def loopback_sshd():
     """A real sshd on 127.0.0.1:<free port> with its own config, host key and authorized key.
 
     Yields an ``app_api.devices.loopback.LoopbackSshd`` (host, port, user, key,
-    known_hosts, dir, pid, ``ssh_argv(cmd)``, ``device(name, **fields)``); the
+    known_hosts, dir, pid, tmp, ``ssh_argv(cmd)``, ``device(name, **fields)``);
+    its sessions get ``TMPDIR=tmp``, so deploys through it make their temp dirs
+    there and a test can check exactly what was left behind. The
     daemon is stopped by PID and its temp dir removed at the end of the session.
     """
     if not os.path.exists(SSHD):

@@ -85,7 +85,8 @@ def ssh_clients(sshd) -> list[int]:
 
 
 def temp_dirs(sshd) -> list[str]:
-    return sorted(n for n in os.listdir(sshd.tmp) if n.startswith("tracr-"))
+    """Everything in the device sessions' TMPDIR (deploy dirs, and any cache torch makes)."""
+    return sorted(os.listdir(sshd.tmp))
 
 
 def wait_rows(out: Path, proc: subprocess.Popen, n: int, timeout: float = 150) -> None:

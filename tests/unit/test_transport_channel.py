@@ -161,12 +161,24 @@ def test_garbage_and_silent_peers_are_dropped_and_a_good_client_gets_through():
     "frame",
     [
         b"\x00" * PREFIX.size,  # bad magic
-        PREFIX.pack(b"TRCF", 1, 0, 0, 1 << 30, 0),  # absurd header length
-        PREFIX.pack(b"TRCF", 1, 0, 1, 10, 1 << 40),  # absurd payload
-        PREFIX.pack(b"TRCF", 1, 0, 0, 9, 0) + b"not json!",
-        PREFIX.pack(b"TRCF", 1, 0, 0, 2, 0) + b"[]",
+        PREFIX.pack(b"TRCF", 1, 0, 0, 2, 2, 0) + b"[]{}",  # an older frame version
+        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 1 << 30, 0),  # absurd header length
+        PREFIX.pack(b"TRCF", 2, 0, 1, 2, 10, 1 << 40),  # absurd payload
+        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 9, 0) + b"[]not json!",
+        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 2, 0) + b"[][]",
+        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 2, 0) + b"{}{}",  # table is not a list
+        PREFIX.pack(b"TRCF", 2, 0, 1, 2, 2, 16) + b"[]{}" + bytes(16),  # table vs prefix
     ],
-    ids=["magic", "header-size", "payload-size", "not-json", "not-an-object"],
+    ids=[
+        "magic",
+        "version",
+        "header-size",
+        "payload-size",
+        "not-json",
+        "not-an-object",
+        "table",
+        "counts",
+    ],
 )
 def test_garbage_frames_after_auth_close_the_channel(frame):
     got: list[BaseException] = []

@@ -17,7 +17,14 @@ from experiment_design.transport.codec import (
     parse_entry,
     tensor_from,
 )
-from experiment_design.transport.frame import PREFIX, pack_head, parse_header, parse_prefix
+from experiment_design.transport.frame import (
+    PREFIX,
+    pack_head,
+    parse_caller_header,
+    parse_header,
+    parse_prefix,
+    parse_table,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "experiment_design" / "transport"
 
@@ -146,25 +153,33 @@ def test_inconsistent_tensor_entries_are_rejected(bad):
 
 def test_prefix_and_header_limits():
     limits = Limits(max_header_bytes=1024, max_buffers=4, max_message_bytes=1 << 20)
-    ok = PREFIX.pack(b"TRCF", 1, 0, 1, 100, 16)
-    assert parse_prefix(ok, limits) == (1, 100, 16)
+    ok = PREFIX.pack(b"TRCF", 2, 0, 1, 100, 50, 16)
+    assert parse_prefix(ok, limits) == (1, 100, 50, 16)
+    assert parse_prefix(b"junk" + ok, limits, 4) == (1, 100, 50, 16)
     for bad in (
-        PREFIX.pack(b"HTTP", 1, 0, 1, 100, 16),
-        PREFIX.pack(b"TRCF", 9, 0, 1, 100, 16),
-        PREFIX.pack(b"TRCF", 1, 0, 1, 1 << 30, 16),
-        PREFIX.pack(b"TRCF", 1, 0, 50, 100, 16),
-        PREFIX.pack(b"TRCF", 1, 0, 1, 100, 1 << 40),
+        PREFIX.pack(b"HTTP", 2, 0, 1, 100, 50, 16),
+        PREFIX.pack(b"TRCF", 1, 0, 1, 100, 50, 16),  # version 1 (JSON-only header) is gone
+        PREFIX.pack(b"TRCF", 2, 0, 1, 1000, 100, 16),  # table + header over the limit
+        PREFIX.pack(b"TRCF", 2, 0, 50, 100, 50, 16),
+        PREFIX.pack(b"TRCF", 2, 0, 1, 100, 50, 1 << 40),
     ):
         with pytest.raises(ProtocolError):
             parse_prefix(bad, limits)
-    good = json.dumps({"h": {"op": "x"}, "t": [_entry()]}).encode()
-    assert parse_header(good, 1, 16, limits)[0] == {"op": "x"}
+    table = json.dumps([_entry()]).encode()
+    assert parse_table(table, 1, 16, limits).entries[0].shape == (2, 2)
+    assert parse_table(table, 1, 16, limits).codec == "none"  # second time: from the cache
     with pytest.raises(ProtocolError):
-        parse_header(good, 1, 15, limits)  # payload length disagrees
+        parse_table(table, 1, 15, limits)  # payload length disagrees (cached table too)
+    head = table + b'{"op":"x"}'
+    assert parse_header(head, len(table), 1, 16, limits)[0] == {"op": "x"}
     with pytest.raises(ProtocolError):
-        parse_header(b"\xff\xfe not json", 0, 0, limits)
+        parse_table(b"\xff\xfe not json", 0, 0, limits)
     with pytest.raises(ProtocolError):
-        parse_header(json.dumps({"h": [], "t": []}).encode(), 0, 0, limits)
+        parse_table(b"{}", 0, 0, limits)
+    with pytest.raises(ProtocolError):
+        parse_caller_header(b"[]")
+    with pytest.raises(ProtocolError):
+        parse_caller_header(b"\xff not json")
     bomb = _entry(
         shape=[1 << 20, 1 << 10],
         raw_nbytes=1 << 32,
@@ -173,7 +188,23 @@ def test_prefix_and_header_limits():
         chunks=[16] * 16,
     )
     with pytest.raises(ProtocolError):
-        parse_header(json.dumps({"h": {}, "t": [bomb]}).encode(), 16, 16 * 16, limits)
+        parse_table(json.dumps([bomb]).encode(), 16, 16 * 16, limits)
+    with pytest.raises(ProtocolError):  # two tensors under one name
+        parse_table(json.dumps([_entry(), _entry()]).encode(), 2, 32, limits)
+
+
+def test_frame_head_reuses_the_table_of_a_repeated_split():
+    t = torch.ones(1, 10)
+    cfg = CodecConfig(codec="none")
+    first = pack_head({"i": 1}, [encode_tensor("x", t, cfg)])
+    second = pack_head({"i": 2}, [encode_tensor("x", t * 2, cfg)])
+    limits = Limits()
+    for head, i in ((first, 1), (second, 2)):
+        nbuf, tlen, hlen, plen = parse_prefix(head, limits)
+        assert len(head) == PREFIX.size + tlen + hlen and plen == 40
+        header, entries = parse_header(head[PREFIX.size :], tlen, nbuf, plen, limits)
+        assert header == {"i": i} and entries[0].name == "x"
+    assert first[PREFIX.size : PREFIX.size + tlen] == second[PREFIX.size : PREFIX.size + tlen]
 
 
 def test_corrupt_blosc2_chunk_is_a_protocol_error():

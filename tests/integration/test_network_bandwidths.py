@@ -1,0 +1,81 @@
+"""A reduced Neurosurgeon reproduction over two lab bandwidths: reshaping, the group, restore.
+
+Brings a two-host lab up, runs ``tracr experiment run neurosurgeon-alexnet`` with a
+two-rate ``network.bandwidths`` list (a few split points, one inference each), and
+checks each run's partitioners table and measured link, the group summary and its
+``tracr results show`` table, and that the lab's own shaping was put back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.ssh]
+
+ROOT = Path(__file__).parents[2]
+RATES = ["16MB/s", "64MB/s"]
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "devices.yaml"))
+    monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
+    return tmp_path
+
+
+def _tracr(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=dict(os.environ))
+
+
+@pytest.mark.timeout(240)
+def test_bandwidth_loop_on_the_lab(cfg):
+    from app_api import lab
+
+    if subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip():
+        pytest.skip("network namespaces already exist on this machine")
+    lab.up(hosts=2, bandwidth="4MB/s", cpu_quota=["lab-1=0.5"])
+    try:
+        group = cfg / "group"
+        proc = _tracr(
+            "experiment", "run", "neurosurgeon-alexnet", "--no-progress", "--out", str(group),
+            "--set", f"network.bandwidths=[{', '.join(RATES)}]",
+            "--set", "partitioner.params.repeats=1",
+            "--set", "+partitioner.params.splits=[0,3,6,13,22]",
+            "--set", "dataset.params.limit=1",
+            "--set", "run.warmup=1",
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        doc = json.loads((group / "group.json").read_text())
+        assert doc["status"] == "ok" and [r["bandwidth"] for r in doc["rows"]] == RATES
+        for row, rate in zip(doc["rows"], (16e6, 64e6), strict=True):
+            run = json.loads((group / row["run"] / "summary.json").read_text())
+            lab_link = run["network"]["lab"]
+            assert lab_link["configured"]["bandwidth_Bps"] == rate
+            assert lab_link["bandwidth_Bps"] == pytest.approx(rate, rel=0.35)
+            parts = run["partitioners"]
+            assert set(parts) == {"neurosurgeon", "predicted-argmin", "measured"}
+            measured = {s["split"]: s["e2e_ms_median"] for s in run["splits"]}
+            assert set(measured) == {0, 3, 6, 13, 22}
+            for p in parts.values():
+                assert p["best"] == min(measured, key=measured.get)
+                assert p["chosen"] in measured and p["regret"] >= 1.0
+            assert parts["measured"]["regret"] == 1.0
+            assert row["best"] == parts["measured"]["best"]
+            assert row["partitioners"]["predicted-argmin"]["chosen"] == \
+                parts["predicted-argmin"]["chosen"]
+        # the lab's shaping from before the loop is back
+        assert lab.link_report()["configured"]["bandwidth"] == "4MB/s"
+
+        show = _tracr("results", "show", str(group), timeout=60)
+        assert show.returncode == 0, show.stderr
+        assert all(r in show.stdout for r in RATES) and "predicted-argmin" in show.stdout
+    finally:
+        lab.down()

@@ -1,0 +1,160 @@
+"""The manifest's network section, bandwidth groups, and the throttle-aware edge model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiment_design.errors import TracrError
+from experiment_design.partitioners import PartitionContext, create_partitioner
+from experiment_design.partitioners.predicted import calibration, fit_cpu_scale, throttled_ms
+
+
+def _manifest(overrides=()):
+    from app_api.manifest import load_manifest
+
+    # no lab in unit tests: the lab-N devices exist only while a lab is up
+    local = ["participant_instances.edge-1.device=localhost",
+             "participant_instances.cloud-1.device=localhost"]
+    return load_manifest("neurosurgeon-alexnet", [*local, *overrides])
+
+
+def test_requested_bandwidths_list_single_and_override():
+    from app_api.runner.network import requested_bandwidths
+
+    assert requested_bandwidths(_manifest()) == ["1MB/s", "4MB/s", "16MB/s", "64MB/s"]
+    # a bandwidth on the command line wins over the file's list: one run
+    assert requested_bandwidths(_manifest(["network.bandwidth=16MB/s"])) == ["16MB/s"]
+    assert requested_bandwidths(_manifest(["network.bandwidths=null"])) == ["4MB/s"]
+    none = _manifest(["network.bandwidths=null", "network.bandwidth=null"])
+    assert requested_bandwidths(none) is None
+
+
+def test_shaping_refused_without_a_lab():
+    from app_api.runner.network import check_lab_participants
+
+    with pytest.raises(TracrError, match="no tracr lab is up"):
+        check_lab_participants(_manifest())
+
+
+def test_cli_refuses_bandwidth_off_lab_with_exit_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "experiment", "run", "alexnet-sweep",
+         "--set", "network.bandwidth=4MB/s", "--no-progress"],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2],
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "lab" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bandwidth_dir_names():
+    from app_api.runner.bandwidths import bandwidth_dir_name
+
+    assert bandwidth_dir_name("4MB/s") == "bw-4MBps"
+    assert bandwidth_dir_name("100Mbit") == "bw-100Mbit"
+
+
+def _summary(best, parts):
+    return {
+        "run_id": "r1", "status": "ok", "best_split": best,
+        "splits": [{"split": best, "layer": "features.5", "e2e_ms_median": 80.0}],
+        "network": {"lab": {"bandwidth_Bps": 3.9e6, "rtt_ms": 0.05}},
+        "partitioners": parts,
+    }
+
+
+def test_group_summary_is_listed_found_and_shown(tmp_path, monkeypatch, capsys):
+    from app_api.cli.results import print_group
+    from app_api.results import find_run, list_runs
+    from app_api.runner.bandwidths import group_row, load_group, write_group
+
+    monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path))
+    gdir = tmp_path / "neurosurgeon-alexnet" / "20260101T000000000Z-abcdef"
+    (gdir / "bw-4MBps").mkdir(parents=True)
+    parts = {"predicted-argmin": {"chosen": 6, "chosen_ms": 80.0, "regret": 1.0},
+             "neurosurgeon": {"chosen": 3, "chosen_ms": 98.0, "regret": 1.225}}
+    row = group_row("4MB/s", _summary(6, parts), gdir / "bw-4MBps", gdir)
+    assert row["run"] == "bw-4MBps" and row["bandwidth_Bps"] == 4e6
+    assert row["best"] == 6 and row["best_ms"] == 80.0 and row["measured_Bps"] == 3.9e6
+    doc = {"kind": "bandwidth-group", "experiment": "neurosurgeon-alexnet",
+           "group_id": gdir.name, "model": "alexnet", "bandwidths": ["4MB/s", "16MB/s"],
+           "status": "ok", "rows": [row], "errors": [], "wall_s": 1.0}
+    write_group(gdir, doc)
+    assert load_group(gdir)["rows"][0]["best"] == 6
+    assert find_run("neurosurgeon-alexnet") == gdir
+    assert find_run(str(gdir)) == gdir
+    assert [r["summary"]["kind"] for r in list_runs()] == ["group"]
+    print_group(doc, gdir)
+    out = capsys.readouterr().out
+    assert "4MB/s" in out and "3 (1.225)" in out and "6 (1.000)" in out
+    assert "not run: 16MB/s" in out
+
+
+def test_cli_results_show_prints_a_group(tmp_path):
+    from app_api.runner.bandwidths import write_group
+
+    gdir = tmp_path / "g"
+    gdir.mkdir()
+    write_group(gdir, {"kind": "bandwidth-group", "experiment": "x", "group_id": "g",
+                       "bandwidths": ["1MB/s"], "status": "ok", "errors": [],
+                       "rows": [{"bandwidth": "1MB/s", "best": 13, "best_layer": "features.12",
+                                 "best_ms": 150.0, "status": "ok",
+                                 "partitioners": {"measured": {"chosen": 13, "regret": 1.0}}}]})
+    proc = subprocess.run([sys.executable, "-m", "app", "results", "show", str(gdir)],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert "13 (features.12)" in proc.stdout and "13 (1.000)" in proc.stdout
+    js = subprocess.run([sys.executable, "-m", "app", "results", "show", str(gdir), "--json"],
+                        capture_output=True, text=True, timeout=60,
+                        cwd=Path(__file__).parents[2])
+    assert json.loads(js.stdout)["rows"][0]["best"] == 13
+
+
+def test_throttle_model():
+    # no quota, or a burst that fits in the period's quota after an idle spell: full speed
+    assert throttled_ms(40.0, 0.0, 100.0, 100.0) == 40.0
+    assert throttled_ms(10.0, 90.0, 25.0, 100.0) == pytest.approx(10.0)
+    # back to back, a quarter of a core: about four times the CPU time
+    assert 3.5 * 40 < throttled_ms(40.0, 0.0, 25.0, 100.0) < 5 * 40
+    # longer bursts never get faster
+    walls = [throttled_ms(c, 20.0, 25.0, 100.0) for c in (5, 20, 40, 80, 160)]
+    assert walls == sorted(walls)
+    scale = fit_cpu_scale(20.0, throttled_ms(40.0, 0.0, 25.0, 100.0), 25.0, 100.0)
+    assert scale == pytest.approx(2.0, rel=0.1)
+
+
+def test_calibration_scales_to_full_pass():
+    assert calibration({"full_ms": 30.0}, [5.0, 10.0, None]) == pytest.approx(2.0)
+    assert calibration({}, [5.0, 10.0]) == 1.0
+
+
+def _ctx(edge_profile):
+    layers = [{"index": i, "name": f"l{i}", "type": "Conv2d", "params": 10, "param_bytes": 40,
+               "flops": 1000, "input_bytes": 100, "output_bytes": 100} for i in range(1, 5)]
+    cross = {0: 400_000, 1: 300_000, 2: 200_000, 3: 20_000, 4: 1_000}
+    points = [{"index": k, "layer": f"l{k}", "crossing_bytes": b, "valid": True}
+              for k, b in cross.items()]
+    cloud = {"layers": {str(i): 1.0 for i in range(1, 5)}, "full_ms": 4.0}
+    return PartitionContext(layers=layers, points=points, valid_splits=list(cross),
+                            edge_profile=edge_profile, cloud_profile=cloud,
+                            network={"bandwidth_Bps": 4e6, "rtt_ms": 0.1})
+
+
+def test_predicted_argmin_sees_the_quota_stall():
+    edge = {"layers": {"1": 5.0, "2": 5.0, "3": 5.0, "4": 60.0}, "full_ms": 300.0,
+            "cpu_quota": {"quota_ms": 25.0, "period_ms": 100.0, "fraction": 0.25}}
+    p = create_partitioner("predicted-argmin")
+    p.setup(_ctx(edge))
+    dec = p.decision()
+    # split 4 spends 75 ms of CPU at a quarter of a core: it stalls for most of a period;
+    # the short prefixes that fit in the period's quota are predicted at full speed
+    assert dec["chosen"] in (2, 3)
+    assert dec["predicted_parts"][2]["edge_stall_ms"] == pytest.approx(0.0, abs=1e-6)
+    assert dec["predicted_parts"][4]["edge_stall_ms"] > 50
+    assert dec["source"]["edge"]["throttle"]["quota_ms"] == 25.0
+    assert create_partitioner("predicted-argmin", throttle=False) is not None
