@@ -76,8 +76,10 @@ class Observer:
         self.errors: list[str] = []
         self.times: dict[str, float] = {}
         self.extra: dict[str, Any] = {}
+        if lab_link is None:
+            lab_link = _lab_link_of(manifest)
         if lab_link:
-            # the shaped lab link, as configured and measured before deploying (runner/network.py)
+            # the lab link, as configured and as measured when it was (re)shaped
             self.extra["network"] = {"lab": lab_link}
         self.pairs: list[tuple[str, str]] = []
         self.partitioners: dict[str, dict] = {}
@@ -528,6 +530,20 @@ def _bandwidths(network: dict | None) -> list[float]:
             bw = parse_bandwidth(bw)
         out.append(float(bw))
     return out
+
+
+def _lab_link_of(manifest: Any) -> dict | None:
+    """The lab's link report when any participant runs on a lab host, else None."""
+    devices = {inst.get("device") for inst in manifest.participant_instances}
+    if devices <= {"localhost"}:
+        return None
+    try:
+        from app_api.lab import link_report
+
+        report = link_report() or {}
+    except Exception:  # no lab support on this machine: nothing to record
+        return None
+    return report if devices & set(report.get("hosts") or []) else None
 
 
 def _install_signals(observer: Observer):
