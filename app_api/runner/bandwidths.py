@@ -18,29 +18,18 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app_api.runner.observer import RunResult
 from experiment_design.errors import TracrError
 
 log = logging.getLogger(__name__)
 GROUP_FILE = "group.json"
 
 
-@dataclass
-class GroupResult:
-    """What a bandwidth loop produced (duck-compatible with ``RunResult``)."""
-
-    run_dir: Path
-    summary: dict
-    ok: bool
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        """0 when every run was ok, 1 otherwise."""
-        return 0 if self.ok else 1
+# A bandwidth loop reports like one run: its directory (the group), summary, ok, errors.
+GroupResult = RunResult
 
 
 def bandwidth_dir_name(bandwidth: str) -> str:
