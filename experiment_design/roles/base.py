@@ -250,80 +250,22 @@ class ParticipantService(rpyc.Service):
         return {}
 
     def exposed_profile_layers(self, params_json: str = "{}") -> str:
-        """Median per-layer ms of ``run_full(timed=True)`` on this participant, plus
-        ``full_ms``: the median wall time of ``full_repeats`` untimed full passes.
-
-        The per-layer medians give each layer's share; ``full_ms`` is what a whole
-        pass really costs here (CPU-quota stalls included), for calibration.
-        """
+        """This participant's start-up profile (see :func:`profiling.profile_split_model`):
+        per-layer medians and minimums of timed full passes, plus the wall and CPU time of
+        untimed full passes and the CPU quota this process runs under."""
         self.touch()
         params = json.loads(params_json or "{}")
-        full_repeats = int(params.pop("full_repeats", params.get("repeats", 5)))
 
         def run() -> dict:
-            import statistics
+            from experiment_design.roles.profiling import profile_split_model
 
-            import torch
-
-            sm = self.split_model
             x = self.inputs[0][0] if self.inputs else self._example_input().to(self.device)
-            repeats, warm = int(params.get("repeats", 5)), int(params.get("warmup", 1))
-            with torch.inference_mode():
-                for _ in range(warm):
-                    sm.run_full(x, timed=True)
-                runs = [sm.run_full(x, timed=True)[1] for _ in range(max(1, repeats))]
-            per: dict[int, list[float]] = {}
-            for one in runs:
-                for idx, ms in one:
-                    per.setdefault(int(idx), []).append(float(ms))
-            layers = {str(k): statistics.median(v) for k, v in sorted(per.items())}
-            # layers_min: contention (a busy neighbour) and quota stalls only ever add time,
-            # so the fastest run of a layer is the best estimate of its share of the CPU work
-            prof = {"layers": layers, "layers_min": {str(k): min(v) for k, v in sorted(per.items())},
-                    "total_ms": sum(layers.values()), "repeats": repeats,
-                    "threads": torch.get_num_threads()}
-            sync = torch.cuda.synchronize if str(self.device).startswith("cuda") else None
-            walls, cpus = [], []
-            with torch.inference_mode():
-                for _ in range(max(0, full_repeats)):
-                    if sync:
-                        sync()
-                    t0, c0 = time.perf_counter_ns(), time.process_time_ns()
-                    sm.run_full(x)
-                    if sync:
-                        sync()
-                    walls.append((time.perf_counter_ns() - t0) / 1e6)
-                    cpus.append((time.process_time_ns() - c0) / 1e6)
-            if walls:
-                # full_cpu_ms: CPU time of a pass (what a CPU quota is charged), which a
-                # busy neighbour or a throttling stall does not inflate the way wall time is
-                prof.update(full_ms=statistics.median(walls), full_repeats=len(walls),
-                            full_ms_min=min(walls), full_ms_max=max(walls),
-                            full_cpu_ms=statistics.median(cpus))
-            prof["cpu_quota"] = _cpu_quota()
-            return prof
+            repeats = int(params.get("repeats", 5))
+            return profile_split_model(
+                self.split_model, x, repeats=repeats, warmup=int(params.get("warmup", 1)),
+                full_repeats=int(params.get("full_repeats", repeats)), device=str(self.device))
 
         return json.dumps(self._guard(run))
-
-    def profile_layers(self, repeats: int = 5, warmup: int = 1) -> dict:
-        """Time the whole model layer by layer ``repeats`` times after ``warmup`` runs."""
-        import statistics
-
-        import torch
-
-        sm = self.split_model
-        x = self.inputs[0][0] if self.inputs else self._example_input().to(self.device)
-        with torch.inference_mode():
-            for _ in range(int(warmup)):
-                sm.run_full(x, timed=True)
-            runs = [sm.run_full(x, timed=True)[1] for _ in range(max(1, int(repeats)))]
-        per: dict[int, list[float]] = {}
-        for run in runs:
-            for idx, ms in run:
-                per.setdefault(int(idx), []).append(float(ms))
-        layers = {str(k): statistics.median(v) for k, v in sorted(per.items())}
-        return {"layers": layers, "total_ms": sum(layers.values()), "repeats": int(repeats),
-                "threads": torch.get_num_threads()}
 
     def _example_input(self) -> Any:
         from experiment_design.models import example_input
@@ -468,71 +410,3 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, (tuple, list)):
         return [_plain(v) for v in obj]
     return obj
-
-
-def _cpu_quota() -> dict | None:
-    """This process's CFS bandwidth limit (cgroup v1 or v2), the tightest on its path.
-
-    ``{"quota_ms", "period_ms", "fraction"}`` or None when unlimited/unknown. Containers
-    (docker --cpus) and the emulated lab's slow hosts are limited this way; a throttled
-    process runs at full speed until the period's quota is spent, then stalls, which
-    predictors need to know (partitioners/predicted.py).
-    """
-    import os
-
-    best: dict | None = None
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, ctrls, path = parts
-        if ctrls == "":
-            roots = ["/sys/fs/cgroup"]
-        elif "cpu" in ctrls.split(","):
-            roots = [f"/sys/fs/cgroup/{ctrls}", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
-        else:
-            continue
-        for root in roots:
-            if not os.path.isdir(root):
-                continue
-            rel = path.strip("/")
-            while True:
-                d = os.path.join(root, rel) if rel else root
-                q = _read_cfs(d)
-                if q and (best is None or q["fraction"] < best["fraction"]):
-                    best = q
-                if not rel:
-                    break
-                rel = os.path.dirname(rel)
-            break
-    return best
-
-
-def _read_cfs(d: str) -> dict | None:
-    import os
-
-    def read(name: str) -> str:
-        with open(os.path.join(d, name)) as f:
-            return f.read()
-
-    try:
-        if os.path.exists(os.path.join(d, "cpu.cfs_quota_us")):
-            quota = int(read("cpu.cfs_quota_us"))
-            period = int(read("cpu.cfs_period_us"))
-        elif os.path.exists(os.path.join(d, "cpu.max")):
-            q, per = read("cpu.max").split()
-            if q == "max":
-                return None
-            quota, period = int(q), int(per)
-        else:
-            return None
-    except (OSError, ValueError):
-        return None
-    if quota <= 0 or period <= 0:
-        return None
-    return {"quota_ms": quota / 1000, "period_ms": period / 1000, "fraction": quota / period}

@@ -1,0 +1,137 @@
+"""Start-up profiling of a participant: what the predictive partitioners learn from.
+
+Runs on the device, so it imports only torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+
+def profile_split_model(
+    sm: Any,
+    x: Any,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    full_repeats: int = 5,
+    device: str = "cpu",
+) -> dict:
+    """Profile ``sm`` (a SplitModel) on input ``x``.
+
+    ``layers``: the median ms of each layer over ``repeats`` timed full passes, measured in
+    the context of the whole model; ``layers_min``: each layer's fastest run (contention and
+    quota stalls only ever add time, so the minimum is the best estimate of a layer's share
+    of the CPU work); ``full_ms`` / ``full_cpu_ms``: the median wall and CPU time of
+    ``full_repeats`` untimed full passes (what a whole pass really costs here, quota stalls
+    included); ``cpu_quota``: the CFS limit this process runs under, or None.
+    """
+    import torch
+
+    with torch.inference_mode():
+        for _ in range(max(0, warmup)):
+            sm.run_full(x, timed=True)
+        runs = [sm.run_full(x, timed=True)[1] for _ in range(max(1, repeats))]
+    per: dict[int, list[float]] = {}
+    for one in runs:
+        for idx, ms in one:
+            per.setdefault(int(idx), []).append(float(ms))
+    layers = {str(k): statistics.median(v) for k, v in sorted(per.items())}
+    prof: dict[str, Any] = {
+        "layers": layers,
+        "layers_min": {str(k): min(v) for k, v in sorted(per.items())},
+        "total_ms": sum(layers.values()),
+        "repeats": max(1, repeats),
+        "threads": torch.get_num_threads(),
+    }
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    walls, cpus = [], []
+    with torch.inference_mode():
+        for _ in range(max(0, full_repeats)):
+            if sync:
+                sync()
+            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+            sm.run_full(x)
+            if sync:
+                sync()
+            walls.append((time.perf_counter_ns() - t0) / 1e6)
+            cpus.append((time.process_time_ns() - c0) / 1e6)
+    if walls:
+        # CPU time is what a CPU quota is charged; a busy neighbour or a throttling
+        # stall does not inflate it the way it inflates wall time
+        prof.update(
+            full_ms=statistics.median(walls),
+            full_repeats=len(walls),
+            full_ms_min=min(walls),
+            full_ms_max=max(walls),
+            full_cpu_ms=statistics.median(cpus),
+        )
+    prof["cpu_quota"] = cpu_quota()
+    return prof
+
+
+def cpu_quota() -> dict | None:
+    """This process's CFS bandwidth limit (cgroup v1 or v2), the tightest on its path.
+
+    ``{"quota_ms", "period_ms", "fraction"}`` or None when unlimited/unknown. Containers
+    (docker --cpus) and the emulated lab's slow hosts are limited this way; a throttled
+    process runs at full speed until the period's quota is spent, then stalls, which
+    predictors need to know (partitioners/predicted.py).
+    """
+    best: dict | None = None
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        if ctrls == "":
+            roots = ["/sys/fs/cgroup"]
+        elif "cpu" in ctrls.split(","):
+            roots = [f"/sys/fs/cgroup/{ctrls}", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+        else:
+            continue
+        for root in roots:
+            if not os.path.isdir(root):
+                continue
+            rel = path.strip("/")
+            while True:
+                d = os.path.join(root, rel) if rel else root
+                q = _read_cfs(d)
+                if q and (best is None or q["fraction"] < best["fraction"]):
+                    best = q
+                if not rel:
+                    break
+                rel = os.path.dirname(rel)
+            break
+    return best
+
+
+def _read_cfs(d: str) -> dict | None:
+    def read(name: str) -> str:
+        with open(os.path.join(d, name)) as f:
+            return f.read()
+
+    try:
+        if os.path.exists(os.path.join(d, "cpu.cfs_quota_us")):
+            quota = int(read("cpu.cfs_quota_us"))
+            period = int(read("cpu.cfs_period_us"))
+        elif os.path.exists(os.path.join(d, "cpu.max")):
+            q, per = read("cpu.max").split()
+            if q == "max":
+                return None
+            quota, period = int(q), int(per)
+        else:
+            return None
+    except (OSError, ValueError):
+        return None
+    if quota <= 0 or period <= 0:
+        return None
+    return {"quota_ms": quota / 1000, "period_ms": period / 1000, "fraction": quota / period}
