@@ -37,6 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="HOST=CORES",
         help="CPU quota per host as a fraction of one core, e.g. lab-1=0.25 (1.5 = 1.5 cores)",
     )
+    up.add_argument(
+        "--cpu-period-ms",
+        type=float,
+        default=10.0,
+        metavar="MS",
+        help="CFS period of the CPU quotas in ms (default 10: a quota'd host runs evenly "
+        "slower; a long period such as 100 runs at full speed, then stalls)",
+    )
     up.add_argument("--no-verify", action="store_true", help="skip measuring the link")
     up.add_argument("--json", action="store_true", help="print the state as JSON")
     up.set_defaults(func=_up)
@@ -81,6 +89,7 @@ def _up(args: argparse.Namespace) -> int:
         bandwidth=args.bandwidth,
         delay_ms=args.delay,
         cpu_quota=args.cpu_quota,
+        cpu_period_ms=args.cpu_period_ms,
         verify=not args.no_verify,
         say=_say(args),
     )
@@ -152,7 +161,8 @@ def _print_status(state: dict) -> None:
             h.get("address", "?"),
             str(h.get("sshd_pid") or "-"),
             "[green]yes[/]" if h.get("alive") else "[red]no[/]",
-            "-" if quota is None else f"{quota:g} core",
+            "-" if quota is None
+            else f"{quota:g} core / {h.get('cpu_period_us', 100_000) / 1000:g} ms",
             "-" if measured is None else f"{measured:.3f} core",
         )
     console.print(hosts)

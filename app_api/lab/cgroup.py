@@ -14,7 +14,12 @@ from pathlib import Path
 from experiment_design.errors import TracrError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000
+# The CFS period of a lab host's quota. A short period makes a quota'd host behave like an
+# evenly slower CPU (a Raspberry Pi) instead of one that runs at full speed and then stalls
+# for most of a long period; ``tracr lab up --cpu-period-ms`` overrides it per lab.
+PERIOD_US = 10_000
+MIN_PERIOD_US = 1_000  # the kernel's limits for cpu.cfs_period_us / cpu.max
+MAX_PERIOD_US = 1_000_000
 
 
 def cgroup_version() -> int | None:
@@ -40,24 +45,52 @@ def cgroup_path(ns: str) -> Path:
     )
 
 
-def quota_us(fraction: float) -> int:
-    """Quota per 100 ms period for a CPU fraction (``1.5`` = one and a half cores)."""
+def period_us(period_ms: float | None = None) -> int:
+    """The CFS period in microseconds for ``period_ms`` (None: the default, PERIOD_US)."""
+    if period_ms is None:
+        return PERIOD_US
+    try:
+        us = int(round(float(period_ms) * 1000))
+    except (TypeError, ValueError) as exc:
+        raise TracrError(f"the CPU period must be a number of ms, not {period_ms!r}") from exc
+    if not MIN_PERIOD_US <= us <= MAX_PERIOD_US:
+        raise TracrError(
+            f"the CPU period must be between {MIN_PERIOD_US // 1000} and "
+            f"{MAX_PERIOD_US // 1000} ms, not {period_ms}"
+        )
+    return us
+
+
+def quota_us(fraction: float, period: int | None = None) -> int:
+    """Quota per CFS period (``period`` us, default PERIOD_US) for a CPU fraction."""
     if not fraction > 0:
         raise TracrError(f"a CPU quota must be a positive fraction of a core, not {fraction}")
-    return max(1000, int(round(fraction * PERIOD_US)))  # the kernel's minimum quota is 1 ms
+    period = PERIOD_US if period is None else int(period)
+    return max(1000, int(round(fraction * period)))  # the kernel's minimum quota is 1 ms
 
 
-def create(ns: str, fraction: float) -> Path:
-    """Create host ``ns``'s cgroup with ``fraction`` of a CPU; return its path."""
+def create(ns: str, fraction: float, period: int | None = None) -> Path:
+    """Create host ``ns``'s cgroup with ``fraction`` of a CPU per ``period`` us; return its path."""
+    period = PERIOD_US if period is None else int(period)
     path = cgroup_path(ns)
     path.mkdir(exist_ok=True)
-    quota = quota_us(fraction)
+    quota = quota_us(fraction, period)
     if cgroup_version() == 1:
-        (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (path / "cpu.cfs_period_us").write_text(str(period))
         (path / "cpu.cfs_quota_us").write_text(str(quota))
     else:
-        (path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        (path / "cpu.max").write_text(f"{quota} {period}")
     return path
+
+
+def read_period_us(path: Path) -> int | None:
+    """The CFS period configured in the cgroup at ``path`` (None if unreadable)."""
+    try:
+        if (path / "cpu.cfs_period_us").exists():
+            return int((path / "cpu.cfs_period_us").read_text())
+        return int((path / "cpu.max").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def add_pid(path: Path, pid: int) -> None:

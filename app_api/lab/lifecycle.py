@@ -74,6 +74,7 @@ def up(
     bandwidth: str | float | None = None,
     delay_ms: float | None = None,
     cpu_quota: list[str] | dict | None = None,
+    cpu_period_ms: float | None = None,
     *,
     verify: bool = True,
     say=lambda msg: None,
@@ -88,6 +89,7 @@ def up(
         raise TracrError(f"--hosts must be between 1 and {network.MAX_HOSTS}, not {hosts}")
     rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
     quotas = parse_quotas(cpu_quota, int(hosts))
+    period = cgroup.period_us(cpu_period_ms)  # the CFS period of every quota (range-checked)
     if quotas:
         cgroup.cgroup_path(
             "tracr-lab-probe"
@@ -106,7 +108,7 @@ def up(
     )
     save_state(state)
     try:
-        _build(state, int(hosts), quotas, say)
+        _build(state, int(hosts), quotas, say, period)
         _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
         state["complete"] = True
         save_state(state)
@@ -134,7 +136,10 @@ def _refuse_if_up() -> None:
         )
 
 
-def _build(state: dict, n: int, quotas: dict[str, float], say) -> None:
+def _build(
+    state: dict, n: int, quotas: dict[str, float], say, period: int | None = None
+) -> None:
+    period = cgroup.PERIOD_US if period is None else int(period)
     root = lab_dir()
     root.mkdir(parents=True, exist_ok=True)
     client_key = root / "id_ed25519"
@@ -164,8 +169,12 @@ def _build(state: dict, n: int, quotas: dict[str, float], say) -> None:
         config = sshd.write_config(host_dir, names["address"], host_key, authorized)
         h.update(dir=str(host_dir), host_key=str(host_key), sshd_config=str(config))
         if names["name"] in quotas:
-            path = cgroup.create(names["ns"], quotas[names["name"]])
-            h.update(cgroup=str(path), cpu_quota=quotas[names["name"]])
+            path = cgroup.create(names["ns"], quotas[names["name"]], period)
+            h.update(
+                cgroup=str(path),
+                cpu_quota=quotas[names["name"]],
+                cpu_period_us=cgroup.read_period_us(path) or period,
+            )
             save_state(state)
         pid = sshd.start_sshd(names["ns"], config, host_dir / "sshd.log")
         h["sshd_pid"] = pid
@@ -188,7 +197,10 @@ def _build(state: dict, n: int, quotas: dict[str, float], say) -> None:
         if h.get("cgroup"):
             share = cgroup.measure_share(Path(h["cgroup"]), h["ns"], seconds=1.0)
             h["cpu_measured"] = round(share, 3)
-            say(f"{h['name']}: cpu quota {h['cpu_quota']:g} core, busy loop got {share:.3f}")
+            say(
+                f"{h['name']}: cpu quota {h['cpu_quota']:g} core per "
+                f"{h.get('cpu_period_us', period) / 1000:g} ms period, busy loop got {share:.3f}"
+            )
     save_state(state)
 
 
@@ -275,7 +287,12 @@ def link_report() -> dict:
         "configured": dict(state.get("shaping") or {}),
         "measured": measured,
         "cpu": {
-            h["name"]: {"quota": h.get("cpu_quota"), "measured": h.get("cpu_measured")}
+            h["name"]: {
+                "quota": h.get("cpu_quota"),
+                "measured": h.get("cpu_measured"),
+                # labs brought up before the period was recorded used the old 100 ms default
+                "period_us": h.get("cpu_period_us", 100_000),
+            }
             for h in state["hosts"]
             if h.get("cpu_quota") is not None
         },

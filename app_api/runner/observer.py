@@ -511,11 +511,13 @@ def _with_lab_quota(profile: dict | None, device: str) -> dict | None:
         from app_api.lab import link_report
         from app_api.lab.cgroup import PERIOD_US
 
-        quota = ((link_report() or {}).get("cpu") or {}).get(device, {}).get("quota")
+        cpu = (((link_report() or {}).get("cpu") or {}).get(device) or {})
+        quota = cpu.get("quota")
+        period_us = cpu.get("period_us") or PERIOD_US
     except Exception:  # no lab (or not Linux): nothing to add
         return profile
     if quota:
-        period_ms = PERIOD_US / 1000
+        period_ms = float(period_us) / 1000
         profile["cpu_quota"] = {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
                                 "fraction": float(quota), "source": "lab"}
     return profile

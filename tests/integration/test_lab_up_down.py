@@ -95,9 +95,16 @@ def test_lab_up_ssh_shaping_quota_and_down(cfg):
         assert report["bandwidth_Bps"] == pytest.approx(4e6, rel=0.25)
         assert 0 < report["rtt_ms"] < 50
 
-        quota_file = Path("/sys/fs/cgroup/cpu/tracr-lab-1/cpu.cfs_quota_us")
-        assert quota_file.read_text().strip() == "25000"
+        # a quarter of a core per 10 ms period (the default): evenly slower, not stalling
+        v1 = Path("/sys/fs/cgroup/cpu/tracr-lab-1")
+        if (v1 / "cpu.cfs_quota_us").exists():
+            assert (v1 / "cpu.cfs_quota_us").read_text().strip() == "2500"
+            assert (v1 / "cpu.cfs_period_us").read_text().strip() == "10000"
+        else:
+            assert Path("/sys/fs/cgroup/tracr-lab-1/cpu.max").read_text().split() == [
+                "2500", "10000"]
         assert report["cpu"]["lab-1"]["quota"] == 0.25
+        assert report["cpu"]["lab-1"]["period_us"] == 10_000
         assert 0 < report["cpu"]["lab-1"]["measured"] < 0.4
     finally:
         removed = lab.down()
@@ -141,11 +148,14 @@ def test_lab_cli_up_ls_down(cfg, capsys):
     import app
 
     try:
-        assert app.main(["lab", "up", "--hosts", "1", "--no-verify"]) == 0
+        assert app.main(["lab", "up", "--hosts", "1", "--no-verify", "--cpu-quota",
+                         "lab-1=0.5", "--cpu-period-ms", "20"]) == 0
         capsys.readouterr()
         assert app.main(["lab", "ls", "--json"]) == 0
         listed = json.loads(capsys.readouterr().out)
         assert [(h["name"], h["alive"]) for h in listed["hosts"]] == [("lab-1", True)]
+        assert listed["hosts"][0]["cpu_period_us"] == 20_000
+        assert 0.3 < listed["hosts"][0]["cpu_measured"] < 0.6
         assert app.main(["lab", "up", "--hosts", "1"]) == 2  # refuses a second lab
     finally:
         assert app.main(["lab", "down"]) == 0

@@ -82,9 +82,35 @@ def test_parse_quotas():
 
 
 def test_quota_us():
-    assert cgroup.quota_us(0.25) == 25_000
-    assert cgroup.quota_us(1.5) == 150_000
-    assert cgroup.quota_us(0.001) == 1000  # the kernel's minimum
+    assert cgroup.quota_us(0.25, 100_000) == 25_000
+    assert cgroup.quota_us(1.5, 100_000) == 150_000
+    assert cgroup.quota_us(0.001, 100_000) == 1000  # the kernel's minimum
+    # the default period is short (10 ms), so a quota'd host is evenly slower
+    assert cgroup.PERIOD_US == 10_000
+    assert cgroup.quota_us(0.25) == 2_500
+    assert cgroup.quota_us(1.5) == 15_000
+    assert cgroup.quota_us(0.05) == 1000  # clamped to the kernel's 1 ms minimum
+
+
+def test_period_us():
+    assert cgroup.period_us(None) == cgroup.PERIOD_US
+    assert cgroup.period_us(10) == 10_000
+    assert cgroup.period_us(2.5) == 2_500
+    assert cgroup.period_us("100") == 100_000
+    for bad in (0, 0.5, 1001, "fast"):
+        with pytest.raises(TracrError):
+            cgroup.period_us(bad)
+
+
+def test_create_writes_period(tmp_path, monkeypatch):
+    monkeypatch.setattr(cgroup, "CGROUP_ROOT", tmp_path)
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory")
+    path = cgroup.create("tracr-lab-1", 0.25, 20_000)
+    assert (path / "cpu.max").read_text() == "5000 20000"
+    assert cgroup.read_period_us(path) == 20_000
+    assert cgroup.read_quota(path) == 0.25
+    path = cgroup.create("tracr-lab-2", 0.25)
+    assert (path / "cpu.max").read_text() == "2500 10000"
 
 
 def test_delay_without_netem_is_a_clear_error(monkeypatch):
@@ -111,3 +137,25 @@ def test_host_names():
         "veth_host": "trlab-3h",
         "veth_ns": "trlab-3n",
     }
+
+
+def test_link_report_and_edge_profile_carry_the_period(cfg):
+    from app_api.lab import link_report
+    from app_api.runner.observer import _with_lab_quota
+
+    st = state.new_state()
+    h = state.host_entry(st, "lab-1")
+    h.update(ns="tracr-lab-1", cpu_quota=0.25, cpu_measured=0.247, cpu_period_us=20_000)
+    state.host_entry(st, "lab-2").update(ns="tracr-lab-2")
+    state.save_state(st)
+    cpu = link_report()["cpu"]
+    assert cpu == {"lab-1": {"quota": 0.25, "measured": 0.247, "period_us": 20_000}}
+    prof = _with_lab_quota({"layers": {}}, "lab-1")
+    assert prof["cpu_quota"] == {"quota_ms": 5.0, "period_ms": 20.0, "fraction": 0.25,
+                                 "source": "lab"}
+    assert "cpu_quota" not in _with_lab_quota({"layers": {}}, "lab-2")
+    # a lab brought up before the period was recorded ran with the old 100 ms period
+    del st["hosts"][0]["cpu_period_us"]
+    state.save_state(st)
+    assert link_report()["cpu"]["lab-1"]["period_us"] == 100_000
+    assert _with_lab_quota({}, "lab-1")["cpu_quota"]["period_ms"] == 100.0

@@ -158,3 +158,35 @@ def test_predicted_argmin_sees_the_quota_stall():
     assert dec["predicted_parts"][4]["edge_stall_ms"] > 50
     assert dec["source"]["edge"]["throttle"]["quota_ms"] == 25.0
     assert create_partitioner("predicted-argmin", throttle=False) is not None
+
+
+def test_throttle_model_with_a_short_period_is_an_even_slowdown():
+    # A 10 ms period (the lab's default): the same quarter of a core stalls for at most a
+    # period or two, so any burst long against the period takes ~ cpu / fraction whatever
+    # the idle time before it, i.e. the stall model degrades to a uniform slowdown by itself.
+    for idle in (0.0, 7.0, 33.0, 90.0):
+        for cpu in (5.0, 20.0, 40.0, 80.0, 160.0):
+            wall = throttled_ms(cpu, idle, 2.5, 10.0)
+            assert abs(wall - 4 * cpu) <= 2 * 10.0 + 1e-6, (idle, cpu, wall)
+            if cpu >= 40:
+                assert 0.85 * 4 * cpu <= wall <= 1.05 * 4 * cpu, (idle, cpu, wall)
+    # with the old 100 ms period a 40 ms burst after a long idle spell is far off uniform
+    assert throttled_ms(40.0, 90.0, 25.0, 100.0) < 0.75 * 4 * 40
+    # the CPU scale fitted to back-to-back passes is the uniform one as well
+    assert fit_cpu_scale(20.0, 4 * 40.0, 2.5, 10.0) == pytest.approx(2.0, rel=0.05)
+
+
+def test_predicted_argmin_throttle_on_or_off_agree_with_a_short_period():
+    # per-layer medians of an evenly slowed edge (10 ms period): 4 x the unthrottled time
+    edge = {"layers": {"1": 20.0, "2": 20.0, "3": 20.0, "4": 240.0}, "full_ms": 300.0,
+            "cpu_quota": {"quota_ms": 2.5, "period_ms": 10.0, "fraction": 0.25}}
+    on = create_partitioner("predicted-argmin")
+    on.setup(_ctx(edge))
+    off = create_partitioner("predicted-argmin", throttle=False)
+    off.setup(_ctx(dict(edge)))
+    d_on, d_off = on.decision(), off.decision()
+    assert d_on["source"]["edge"]["throttle"]["period_ms"] == 10.0
+    assert d_on["chosen"] == d_off["chosen"]
+    for k in range(1, 5):
+        a, b = d_on["predicted"][k], d_off["predicted"][k]
+        assert abs(a - b) <= max(0.1 * b, 20.0), (k, a, b)
