@@ -88,7 +88,7 @@ class CloudRole(ParticipantService):
                 reply: dict[str, Any] = {"op": "result", "id": header.get("id"),
                                          "decode_ms": rstats.decode_ms}
                 try:
-                    if self.device != "cpu" and str(self.device) != "cpu":
+                    if str(self.device) != "cpu":
                         # the copy to the accelerator is part of getting the input ready: decode
                         d0 = time.perf_counter_ns()
                         tensors = {k: v.to(self.device) for k, v in tensors.items()}

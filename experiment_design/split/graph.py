@@ -23,7 +23,7 @@ from experiment_design.errors import TracrError
 from experiment_design.split.clock import cpu_clock, cuda_clock, ticks_to_ms
 from experiment_design.split.outputs import nbytes, on_cuda, param_count_bytes
 from experiment_design.split.profile import FlopMeter
-from experiment_design.split.types import LayerInfo, SplitPoint
+from experiment_design.split.types import LayerInfo, SplitPoint, build_split_points
 
 log = logging.getLogger(__name__)
 
@@ -194,23 +194,15 @@ class GraphEngine:
         return infos
 
     def _split_points(self) -> list[SplitPoint]:
-        points, cum = [], 0
-        for k in range(self.n + 1):
+        def crossing_of(k: int):
             cross = self.crossing_nodes(k)
-            if k:
-                cum += self.layers[k - 1].params
-            points.append(
-                SplitPoint(
-                    index=k,
-                    layer=self.layers[k - 1].name if k else "input",
-                    type=self.layers[k - 1].type if k else "input",
-                    crossing=tuple(c.name for c in cross),
-                    crossing_bytes=sum(self.facts[c]["bytes"] for c in cross),
-                    cum_params=cum,
-                    valid=all(self.facts[c]["tensor"] for c in cross) and bool(cross),
-                )
+            return (
+                [c.name for c in cross],
+                sum(self.facts[c]["bytes"] for c in cross),
+                all(self.facts[c]["tensor"] for c in cross) and bool(cross),
             )
-        return points
+
+        return build_split_points(self.layers, crossing_of)
 
     # ---- code generation --------------------------------------------------
     def _split_source(self) -> bool:

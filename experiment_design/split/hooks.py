@@ -36,7 +36,7 @@ from experiment_design.split.outputs import (
     param_count_bytes,
 )
 from experiment_design.split.profile import FlopMeter
-from experiment_design.split.types import LayerInfo, SplitPoint
+from experiment_design.split.types import LayerInfo, SplitPoint, build_split_points
 
 log = logging.getLogger(__name__)
 
@@ -224,25 +224,17 @@ class HookEngine:
         return infos
 
     def _split_points(self) -> list[SplitPoint]:
-        points, cum = [], 0
-        for k in range(self.n + 1):
+        def crossing_of(k: int):
             units = self.crossing_units(k)
-            if k:
-                cum += self.layers[k - 1].params
-            points.append(
-                SplitPoint(
-                    index=k,
-                    layer=self.layers[k - 1].name if k else "input",
-                    type=self.layers[k - 1].type if k else "input",
-                    crossing=tuple(nm for i in units for nm in self._names(i)),
-                    crossing_bytes=sum(nbytes(self._value(i)) for i in units),
-                    cum_params=cum,
-                    valid=bool(units)
-                    and all(_all_tensors(self._value(i)) for i in units)
-                    and not 0 < k < self._last_untracked,
-                )
+            return (
+                [nm for i in units for nm in self._names(i)],
+                sum(nbytes(self._value(i)) for i in units),
+                bool(units)
+                and all(_all_tensors(self._value(i)) for i in units)
+                and not 0 < k < self._last_untracked,
             )
-        return points
+
+        return build_split_points(self.layers, crossing_of)
 
     # ---- execution ---------------------------------------------------------
     def _timing_hooks(self, lo: int, hi: int, clock: Callable[[], int], sink: list):

@@ -54,3 +54,27 @@ class SplitPoint:
         d = asdict(self)
         d["crossing"] = list(self.crossing)
         return d
+
+
+def build_split_points(layers: list[LayerInfo], crossing_of) -> list[SplitPoint]:
+    """The n+1 cuts of ``layers``; ``crossing_of(k)`` gives ``(names, bytes, valid)`` of cut k.
+
+    Shared by both engines: they differ only in how they find what crosses a cut.
+    """
+    points, cum = [], 0
+    for k in range(len(layers) + 1):
+        if k:
+            cum += layers[k - 1].params
+        names, nbytes, valid = crossing_of(k)
+        points.append(
+            SplitPoint(
+                index=k,
+                layer=layers[k - 1].name if k else "input",
+                type=layers[k - 1].type if k else "input",
+                crossing=tuple(names),
+                crossing_bytes=nbytes,
+                cum_params=cum,
+                valid=valid,
+            )
+        )
+    return points

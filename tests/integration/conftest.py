@@ -32,3 +32,12 @@ def loopback_sshd():
         yield sshd
     finally:
         sshd.stop()
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    """A private config dir, device registry and results dir for one test."""
+    monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "devices.yaml"))
+    monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
+    return tmp_path

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from app_api.devices.registry import DeviceRegistry
+from tests.integration.helpers import wait_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
 
@@ -89,19 +90,6 @@ def temp_dirs(sshd) -> list[str]:
     return sorted(os.listdir(sshd.tmp))
 
 
-def wait_rows(out: Path, proc: subprocess.Popen, n: int, timeout: float = 150) -> None:
-    csv = out / "inferences.csv"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if csv.exists() and len(csv.read_text().splitlines()) > n:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"run ended early: {proc.communicate()}")
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("no inference rows appeared")
-
-
 def assert_nothing_left(sshd, pids: list[int] = (), dirs: list[str] = ()) -> None:
     deadline = time.monotonic() + 10  # the sh wrapper's rm -rf may still be running
     while time.monotonic() < deadline:
@@ -162,7 +150,7 @@ def test_ctrl_c_mid_run_over_ssh_leaves_nothing(loopback_sshd, registry, tmp_pat
     out = tmp_path / "run"
     proc = start_observer(registry, out, "partitioner.params.repeats=50", group=to_group)
     try:
-        wait_rows(out, proc, 2)
+        wait_rows(out / "inferences.csv", proc, 2)
         ps = remote_participants(loopback_sshd)
         assert sorted(role_of(p) for p in ps) == ["cloud", "edge"]
         pids, dirs = [p.pid for p in ps], temp_dirs(loopback_sshd)
@@ -186,7 +174,7 @@ def test_killed_remote_participant_fails_the_run(loopback_sshd, registry, tmp_pa
     out = tmp_path / "run"
     proc = start_observer(registry, out, "partitioner.params.repeats=50")
     try:
-        wait_rows(out, proc, 2)
+        wait_rows(out / "inferences.csv", proc, 2)
         ps = remote_participants(loopback_sshd)
         pids = [p.pid for p in ps]
         next(p for p in ps if role_of(p) == "cloud").kill()  # kill -9 the remote python

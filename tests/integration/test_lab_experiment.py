@@ -13,14 +13,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.ssh]
 RATE = 4e6  # bytes/s, the lab's configured link
 
 
-@pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
-    monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "devices.yaml"))
-    monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
-    return tmp_path
-
-
 def _ns_pids(ns: str) -> set[int]:
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}

@@ -22,17 +22,15 @@ ROOT = Path(__file__).parents[2]
 RATES = ["16MB/s", "64MB/s"]
 
 
-@pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
-    monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "devices.yaml"))
-    monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
-    return tmp_path
-
-
 def _tracr(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
 
 
 @pytest.mark.timeout(240)
@@ -45,12 +43,22 @@ def test_bandwidth_loop_on_the_lab(cfg):
     try:
         group = cfg / "group"
         proc = _tracr(
-            "experiment", "run", "neurosurgeon-alexnet", "--no-progress", "--out", str(group),
-            "--set", f"network.bandwidths=[{', '.join(RATES)}]",
-            "--set", "partitioner.params.repeats=1",
-            "--set", "+partitioner.params.splits=[0,3,6,13,22]",
-            "--set", "dataset.params.limit=1",
-            "--set", "run.warmup=1",
+            "experiment",
+            "run",
+            "neurosurgeon-alexnet",
+            "--no-progress",
+            "--out",
+            str(group),
+            "--set",
+            f"network.bandwidths=[{', '.join(RATES)}]",
+            "--set",
+            "partitioner.params.repeats=1",
+            "--set",
+            "+partitioner.params.splits=[0,3,6,13,22]",
+            "--set",
+            "dataset.params.limit=1",
+            "--set",
+            "run.warmup=1",
         )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         doc = json.loads((group / "group.json").read_text())
@@ -69,8 +77,10 @@ def test_bandwidth_loop_on_the_lab(cfg):
                 assert p["chosen"] in measured and p["regret"] >= 1.0
             assert parts["measured"]["regret"] == 1.0
             assert row["best"] == parts["measured"]["best"]
-            assert row["partitioners"]["predicted-argmin"]["chosen"] == \
-                parts["predicted-argmin"]["chosen"]
+            assert (
+                row["partitioners"]["predicted-argmin"]["chosen"]
+                == parts["predicted-argmin"]["chosen"]
+            )
         # the lab's shaping from before the loop is back
         assert lab.link_report()["configured"]["bandwidth"] == "4MB/s"
 

@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.integration.helpers import wait_rows
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -27,8 +28,9 @@ def reference_outputs(model: str, n_items: int, depth=None) -> list[tuple[int, f
 
     torch.set_num_threads(1)
     sm = build_split_model(model, seed=0, depth=depth)
-    ds = create_dataset("sample", input_shape=tuple(get_model_spec(model).input_shape), seed=0,
-                        limit=n_items)
+    ds = create_dataset(
+        "sample", input_shape=tuple(get_model_spec(model).input_shape), seed=0, limit=n_items
+    )
     out = []
     with torch.inference_mode():
         for i in range(len(ds)):
@@ -42,26 +44,39 @@ def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int,
     from app_api.results import read_csv
     from app_api.runner import run_experiment
 
-    result = run_experiment(load_manifest(name, overrides), out_dir=tmp_path / "run",
-                            progress=False)
+    result = run_experiment(
+        load_manifest(name, overrides), out_dir=tmp_path / "run", progress=False
+    )
     assert result.ok, result.errors
     s = result.summary
     rows = read_csv(result.run_dir / "inferences.csv")
     layers = read_csv(result.run_dir / "layers.csv")
     sweep = s["partitioner"]["edge-1"]["sweep_length"]
     assert len(rows) == s["inferences"] == sweep > 0 and s["failed"] == 0
-    assert {f for f in ("manifest.yaml", "overrides.json", "environment.json", "summary.json")}\
-        <= {p.name for p in result.run_dir.iterdir()}
-    assert sorted(p.name for p in (result.run_dir / "plots").iterdir()) == \
-        ["bytes_per_split.png", "latency_per_split.png"]
+    assert {f for f in ("manifest.yaml", "overrides.json", "environment.json", "summary.json")} <= {
+        p.name for p in result.run_dir.iterdir()
+    }
+    assert sorted(p.name for p in (result.run_dir / "plots").iterdir()) == [
+        "bytes_per_split.png",
+        "latency_per_split.png",
+    ]
     env = json.loads((result.run_dir / "environment.json").read_text())
     assert set(env) == {"edge-1", "cloud-1"} and all(e["threads"] == 1 for e in env.values())
     # one layer row per layer per inference, and every split point of the sweep visited
     assert len(layers) % len(rows) == 0
     assert {int(r["split"]) for r in rows} == {sp["split"] for sp in s["splits"]}
     assert s["weights"] == "random" and s["wall_s"] > 0 and s["overhead"] > 0
-    for key in ("e2e_ms_median", "e2e_ms_p95", "edge_ms_median", "transfer_ms_median",
-                "cloud_ms_median", "bytes_raw", "bytes_encoded", "count", "layer"):
+    for key in (
+        "e2e_ms_median",
+        "e2e_ms_p95",
+        "edge_ms_median",
+        "transfer_ms_median",
+        "cloud_ms_median",
+        "bytes_raw",
+        "bytes_encoded",
+        "count",
+        "layer",
+    ):
         assert all(key in sp for sp in s["splits"])
     # split runs reproduce the unsplit model, at every split point
     ref = reference_outputs(s["model"], n_items, depth)
@@ -73,37 +88,45 @@ def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int,
 
 
 def test_alexnet_sweep(tmp_path):
-    run_and_check("alexnet-sweep", ["partitioner.params.repeats=1", "dataset.params.limit=2",
-                                    "run.warmup=1"], tmp_path, n_items=2)
+    run_and_check(
+        "alexnet-sweep",
+        ["partitioner.params.repeats=1", "dataset.params.limit=2", "run.warmup=1"],
+        tmp_path,
+        n_items=2,
+    )
 
 
 def test_resnet18_sweep(tmp_path):
     # block boundaries only and one input per split keep this under a minute on 2 cores
-    res = run_and_check("resnet18-sweep", ["partitioner.params.repeats=1",
-                                           "dataset.params.limit=1", "run.warmup=1",
-                                           "model.depth=2"], tmp_path, n_items=1, depth=2)
+    res = run_and_check(
+        "resnet18-sweep",
+        ["partitioner.params.repeats=1", "dataset.params.limit=1", "run.warmup=1", "model.depth=2"],
+        tmp_path,
+        n_items=1,
+        depth=2,
+    )
     assert max(int(sp["split"]) for sp in res.summary["splits"]) > 3
 
 
 def start_cli(tmp_path: Path, *overrides: str) -> subprocess.Popen:
-    cmd = [sys.executable, str(REPO / "app.py"), "experiment", "run", "alexnet-sweep",
-           "--no-progress", "--out", str(tmp_path / "run"), "--set", "run.warmup=1",
-           "--set", "dataset.params.limit=1", *sum((["--set", o] for o in overrides), [])]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def wait_rows(tmp_path: Path, proc: subprocess.Popen, n: int = 2, timeout: float = 120) -> None:
-    csv = tmp_path / "run" / "inferences.csv"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if csv.exists() and len(csv.read_text().splitlines()) > n:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"run ended early: {proc.communicate()}")
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("no inference rows appeared")
+    cmd = [
+        sys.executable,
+        str(REPO / "app.py"),
+        "experiment",
+        "run",
+        "alexnet-sweep",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        "run.warmup=1",
+        "--set",
+        "dataset.params.limit=1",
+        *sum((["--set", o] for o in overrides), []),
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def participants(proc: subprocess.Popen) -> list[psutil.Process]:
@@ -130,7 +153,7 @@ def gone(pid: int) -> bool:
 def test_signal_mid_run_leaves_nothing_behind(tmp_path, sig):
     proc = start_cli(tmp_path, "partitioner.params.repeats=50")
     try:
-        wait_rows(tmp_path, proc)
+        wait_rows(tmp_path / "run" / "inferences.csv", proc, timeout=120)
         ps = participants(proc)
         assert len(ps) == 2
         dirs = workdirs(ps)
@@ -149,7 +172,7 @@ def test_signal_mid_run_leaves_nothing_behind(tmp_path, sig):
 def test_killed_participant_fails_the_run_with_an_error_row(tmp_path):
     proc = start_cli(tmp_path, "partitioner.params.repeats=50")
     try:
-        wait_rows(tmp_path, proc)
+        wait_rows(tmp_path / "run" / "inferences.csv", proc, timeout=120)
         ps = participants(proc)
         dirs = workdirs(ps)
         cloud = next(p for p in ps if "cloud" in p.cmdline()[p.cmdline().index("--role") + 1])

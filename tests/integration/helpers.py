@@ -1,0 +1,20 @@
+"""Small helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+
+def wait_rows(csv: Path, proc: subprocess.Popen, n: int = 2, timeout: float = 150) -> None:
+    """Wait until the run writing ``csv`` has more than ``n`` inference rows (header excluded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if csv.exists() and len(csv.read_text().splitlines()) > n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended early: {proc.communicate()}")
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("no inference rows appeared")
