@@ -161,6 +161,12 @@ def _print_partitioners(console, summary: dict) -> None:
                   _f(p.get("best_ms")), _f(p.get("regret"), 3), _f(p.get("spearman"), 3),
                   str(p.get("criterion") or ""))
     console.print(t)
+    noise = summary.get("measurement_noise")
+    if noise:
+        console.print(f"measurement noise: split-half regret {noise['regret']:.3f} (the best split "
+                      f"of half the repeats, scored on the other half; {noise['repeats_min']}"
+                      f"-{noise['repeats_max']} repeats per split). A regret this close to 1.0 "
+                      "cannot be told from a perfect choice.")
 
 
 def print_group(group: dict, group_dir) -> None:
@@ -174,14 +180,15 @@ def print_group(group: dict, group_dir) -> None:
         labels += [x for x in (r.get("partitioners") or {}) if x not in labels]
     t = Table(title=f"{group.get('experiment')} / {group.get('group_id')} "
                     f"({group.get('model')}): how the best split moves with bandwidth")
-    for col in ("bandwidth", "measured", "best split", "best ms"):
+    for col in ("bandwidth", "measured", "best split", "best ms", "noise"):
         t.add_column(col, justify="right")
     for label in labels:
         t.add_column(f"{label}\nchosen (regret)", justify="right")
     t.add_column("status")
     for r in rows:
         cells = [str(r.get("bandwidth")), _rate(r.get("measured_Bps")),
-                 f"{r.get('best')} ({r.get('best_layer')})", _f(r.get("best_ms"))]
+                 f"{r.get('best')} ({r.get('best_layer')})", _f(r.get("best_ms")),
+                 _f(r.get("noise_regret"), 3)]
         for label in labels:
             p = (r.get("partitioners") or {}).get(label)
             if not p:

@@ -64,6 +64,7 @@ def group_row(bandwidth: str, summary: dict | None, run_dir: Path, group_dir: Pa
         "best": s.get("best_split"),
         "best_layer": best.get("layer") if best else None,
         "best_ms": best.get("e2e_ms_median") if best else None,
+        "noise_regret": (s.get("measurement_noise") or {}).get("regret"),
         "partitioners": parts,
     }
 

@@ -148,6 +148,38 @@ def evaluate_partitioners(
     return out
 
 
+def split_half_regret(e2e_by_split: Mapping[int, Sequence[float]]) -> dict | None:
+    """How far the measured oracle itself moves with measurement noise.
+
+    The repeats of every split are dealt into two halves (alternately, in the order
+    they ran); the split with the lowest median in one half is scored on the other
+    half, as a regret (its median there / that half's best median), both ways round.
+    A partitioner's regret near this figure cannot be told from a perfect choice at
+    this number of repeats. The halves' medians rest on about half the repeats, so
+    the figure over-states the noise of the full medians somewhat. None with fewer
+    than two splits measured at least twice.
+    """
+    halves: list[dict[int, float]] = [{}, {}]
+    for k, values in e2e_by_split.items():
+        vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+        if len(vals) < 2:
+            continue
+        for h in (0, 1):
+            part = sorted(vals[h::2])
+            halves[h][int(k)] = (part[(len(part) - 1) // 2] + part[len(part) // 2]) / 2
+    if len(halves[0]) < 2:
+        return None
+
+    def score(a: dict[int, float], b: dict[int, float]) -> float:
+        k = min(a, key=lambda i: (a[i], i))
+        return b[k] / min(b.values())
+
+    ab, ba = score(halves[0], halves[1]), score(halves[1], halves[0])
+    reps = [len(v) for v in e2e_by_split.values()]
+    return {"regret": (ab + ba) / 2, "a_on_b": ab, "b_on_a": ba, "splits": len(halves[0]),
+            "repeats_min": min(reps), "repeats_max": max(reps)}
+
+
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:
     """The compact per-partitioner block for ``summary.json["partitioners"]``."""
     keys = ("chosen", "chosen_ms", "best", "best_ms", "regret", "spearman", "criterion", "error")

@@ -255,8 +255,13 @@ class Observer:
             ctx: dict[str, Any] = {}
             partners = [b for a, b in self.pairs if a == inst]
             if "edge_profile" in needs:
-                ctx["edge_profile"] = _with_lab_quota(
-                    self.call(inst, "profile_layers", PROFILE_PARAMS), self.handles[inst].device)
+                lab_quota = _lab_quota(self.handles[inst].device)
+                params = PROFILE_PARAMS
+                if lab_quota:  # idle long enough between cold passes for the budget to refill
+                    params = json.dumps({**json.loads(PROFILE_PARAMS),
+                                         "cold_gap_ms": max(20.0, 2 * lab_quota["period_ms"])})
+                ctx["edge_profile"] = _with_quota(self.call(inst, "profile_layers", params),
+                                                  lab_quota)
             if "cloud_profile" in needs and partners:
                 ctx["cloud_profile"] = self.call(partners[0], "profile_layers", PROFILE_PARAMS)
             if partners:
@@ -488,6 +493,13 @@ class Observer:
         )
         if self.eval_ctx is not None and summary["splits"]:
             summary["partitioners"] = self._evaluate(summary, w.dir)
+            from app_api.runner.evaluate import split_half_regret
+
+            by_split: dict[int, list[float]] = {}
+            for r in w.rows:
+                if not r.get("error") and r.get("e2e_ms") is not None:
+                    by_split.setdefault(int(r["split"]), []).append(float(r["e2e_ms"]))
+            summary["measurement_noise"] = split_half_regret(by_split)
         w.write_json("summary.json", summary)
         try:
             from app_api.results.plots import draw
@@ -498,15 +510,14 @@ class Observer:
         return RunResult(run_dir=w.dir, summary=summary, ok=ok, errors=list(self.errors))
 
 
-def _with_lab_quota(profile: dict | None, device: str) -> dict | None:
-    """Add the lab's CPU quota of ``device`` to a profile that could not read its own.
+def _lab_quota(device: str) -> dict | None:
+    """The CPU quota the lab put on ``device`` (``{quota_ms, period_ms, fraction, source}``),
+    or None when it is not a lab host or has no quota.
 
     A participant reads its CFS quota from /sys/fs/cgroup; inside a lab host
     (``ip netns exec`` mounts a fresh /sys) that is not visible, but the lab knows
     what it configured.
     """
-    if not isinstance(profile, dict) or profile.get("cpu_quota"):
-        return profile
     try:
         from app_api.lab import link_report
         from app_api.lab.cgroup import PERIOD_US
@@ -515,11 +526,18 @@ def _with_lab_quota(profile: dict | None, device: str) -> dict | None:
         quota = cpu.get("quota")
         period_us = cpu.get("period_us") or PERIOD_US
     except Exception:  # no lab (or not Linux): nothing to add
-        return profile
-    if quota:
-        period_ms = float(period_us) / 1000
-        profile["cpu_quota"] = {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
-                                "fraction": float(quota), "source": "lab"}
+        return None
+    if not quota:
+        return None
+    period_ms = float(period_us) / 1000
+    return {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
+            "fraction": float(quota), "source": "lab"}
+
+
+def _with_quota(profile: dict | None, quota: dict | None) -> dict | None:
+    """Add ``quota`` (the lab's) to a profile that could not read its own."""
+    if isinstance(profile, dict) and quota and not profile.get("cpu_quota"):
+        profile["cpu_quota"] = quota
     return profile
 
 

@@ -211,6 +211,40 @@ def fit_cpu_scale(layer_sum_ms: float, full_ms: float, quota_ms: float,
     return (lo + hi) / 2
 
 
+def cold_prefix_of(profile: Mapping | None, n: int) -> list[float] | None:
+    """The profile's cold prefix curve as ``[0, W(1), ..., W(n)]`` (made non-decreasing),
+    or None when the profile has none or it misses a layer.
+
+    ``W(k)`` is the measured median wall time from the start of a pass to the end of
+    layer k, for passes that start after an idle spell (``roles/profiling.py``).
+    """
+    raw = (profile or {}).get("prefix_cold_ms")
+    if not isinstance(raw, Mapping):
+        return None
+    out = [0.0]
+    for i in range(1, n + 1):
+        v = raw.get(str(i), raw.get(i))
+        if v is None or not math.isfinite(float(v)):
+            return None
+        out.append(max(out[-1], float(v)))
+    return out
+
+
+def edge_after_idle(cold: Sequence[float], k: int, idle_ms: float, period_ms: float,
+                    full_ms: float) -> float:
+    """Predicted wall time of an edge prefix 1..k under a CFS quota, ``idle_ms`` after the
+    previous inference's prefix ended.
+
+    An idle spell of a whole period or more refills the quota, so the prefix runs as in
+    the profile's cold passes: ``cold[k]``. Back to back (no idle) it runs at the rate of
+    untimed back-to-back full passes, ``cold[k] * full_ms / cold[n]``; shorter idle
+    spells fall in between, linearly in ``idle_ms / period_ms``.
+    """
+    warm = cold[k] * (full_ms / cold[-1]) if cold[-1] > 0 and full_ms > 0 else cold[k]
+    f = min(1.0, max(0.0, idle_ms / period_ms)) if period_ms > 0 else 1.0
+    return f * cold[k] + (1.0 - f) * max(warm, cold[k])
+
+
 def summarize_inputs(ctx: PartitionContext) -> dict:
     """A short, printable summary of the context (what the decision was based on)."""
 
@@ -250,6 +284,10 @@ class PredictedArgmin(Partitioner):
     period's quota is spent, then stalls) on CPU costs: the measured CPU time of
     a full pass (``full_cpu_ms``) spread over the layers by their profiled
     shares (or, without it, fitted so back-to-back passes take ``full_ms``);
+    ``cold`` (default true): when the edge profile also has a cold prefix curve
+    (passes timed after an idle spell, as an edge prefix runs between inferences),
+    the prefix times under a quota come from that measured curve instead
+    (:func:`edge_after_idle`), and the CFS model is not needed;
     ``bandwidth_Bps`` / ``rtt_ms`` override the measured link for a what-if.
     """
 
@@ -311,7 +349,18 @@ class PredictedArgmin(Partitioner):
         bw, rtt, link_src = link(ctx, self.params)
         rtt_used = rtt if self.include_rtt else 0.0
         pred = totals(edge, cloud, crossing_bytes(ctx), ctx.valid_splits, bw, rtt_used)
-        if throttle:
+        cold = cold_prefix_of(ctx.edge_profile, len(ctx.layers)) if throttle else None
+        if cold is not None and self.params.get("cold", True):
+            q, per = float(quota["quota_ms"]), float(quota["period_ms"])
+            edge_info.update(throttle={
+                "quota_ms": q, "period_ms": per, "model": "cold prefix curve",
+                "full_ms": full_ms, "cold_full_ms": cold[-1],
+                "cold_gap_ms": (ctx.edge_profile or {}).get("cold_gap_ms")})
+            for k, p in pred.items():
+                idle = p["transfer_ms"] + p["cloud_ms"]
+                p["edge_ms"] = edge_after_idle(cold, k, idle, per, float(full_ms))
+                p["total_ms"] = p["edge_ms"] + p["transfer_ms"] + p["cloud_ms"]
+        elif throttle:
             q, per = float(quota["quota_ms"]), float(quota["period_ms"])
             full_cpu = (ctx.edge_profile or {}).get("full_cpu_ms")
             mins = layer_ms_of({"layers": (ctx.edge_profile or {}).get("layers_min")},

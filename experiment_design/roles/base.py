@@ -263,7 +263,9 @@ class ParticipantService(rpyc.Service):
             repeats = int(params.get("repeats", 5))
             return profile_split_model(
                 self.split_model, x, repeats=repeats, warmup=int(params.get("warmup", 1)),
-                full_repeats=int(params.get("full_repeats", repeats)), device=str(self.device))
+                full_repeats=int(params.get("full_repeats", repeats)),
+                cold_repeats=int(params.get("cold_repeats", repeats)),
+                cold_gap_ms=params.get("cold_gap_ms"), device=str(self.device))
 
         return json.dumps(self._guard(run))
 

@@ -18,6 +18,8 @@ def profile_split_model(
     repeats: int = 5,
     warmup: int = 1,
     full_repeats: int = 5,
+    cold_repeats: int = 7,
+    cold_gap_ms: float | None = None,
     device: str = "cpu",
 ) -> dict:
     """Profile ``sm`` (a SplitModel) on input ``x``.
@@ -28,6 +30,14 @@ def profile_split_model(
     of the CPU work); ``full_ms`` / ``full_cpu_ms``: the median wall and CPU time of
     ``full_repeats`` untimed full passes (what a whole pass really costs here, quota stalls
     included); ``cpu_quota``: the CFS limit this process runs under, or None.
+
+    ``prefix_cold_ms``: the median wall time from the start of a pass to the end of each
+    layer k, over ``cold_repeats`` timed passes that each start after an idle gap of
+    ``cold_gap_ms`` (default: two CFS periods, at least 20 ms) plus a random jitter. That is
+    the regime an edge prefix runs in during an experiment (it waits for the transfer and
+    the cloud between inferences), and under a CPU quota it is not the sum of per-layer
+    medians: a pass after an idle spell starts with a full budget and stalls where the
+    budget runs out, which back-to-back passes place elsewhere.
     """
     import torch
 
@@ -69,8 +79,37 @@ def profile_split_model(
             full_ms_max=max(walls),
             full_cpu_ms=statistics.median(cpus),
         )
-    prof["cpu_quota"] = cpu_quota()
+    quota = cpu_quota()
+    prof["cpu_quota"] = quota
+    if cold_repeats > 0:
+        gap = cold_gap_ms if cold_gap_ms is not None else max(
+            20.0, 2 * float((quota or {}).get("period_ms") or 0.0))
+        prof.update(prefix_cold_ms=cold_prefix(sm, x, cold_repeats, gap / 1000.0, sync),
+                    cold_gap_ms=gap, cold_repeats=cold_repeats)
     return prof
+
+
+def cold_prefix(sm: Any, x: Any, repeats: int, gap_s: float, sync: Any = None) -> dict:
+    """``{"k": ms}``: median wall time from a pass's start to the end of layer k, each pass
+    run after an idle ``gap_s`` (plus up to half of it again, at random, so the passes
+    start at different phases of a CFS period)."""
+    import random
+
+    import torch
+
+    rng = random.Random(0)
+    curves: dict[int, list[float]] = {}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            if sync:
+                sync()
+            time.sleep(gap_s * (1.0 + 0.5 * rng.random()))
+            _, ticks = sm.run_full(x, timed=True)
+            total = 0.0
+            for idx, ms in ticks:
+                total += float(ms)
+                curves.setdefault(int(idx), []).append(total)
+    return {str(k): statistics.median(v) for k, v in sorted(curves.items())}
 
 
 def cpu_quota() -> dict | None:

@@ -52,7 +52,7 @@ def test_bandwidth_loop_on_the_lab(cfg):
             "--set",
             f"network.bandwidths=[{', '.join(RATES)}]",
             "--set",
-            "partitioner.params.repeats=1",
+            "partitioner.params.repeats=2",
             "--set",
             "+partitioner.params.splits=[0,3,6,13,22]",
             "--set",
@@ -77,6 +77,16 @@ def test_bandwidth_loop_on_the_lab(cfg):
                 assert p["chosen"] in measured and p["regret"] >= 1.0
             assert parts["measured"]["regret"] == 1.0
             assert row["best"] == parts["measured"]["best"]
+            noise = run["measurement_noise"]
+            assert noise["regret"] >= 1.0 and noise["repeats_min"] == 2
+            assert row["noise_regret"] == noise["regret"]
+            # the quota'd edge timed cold passes; predicted-argmin read its prefixes off them
+            doc_p = json.loads((group / row["run"] / "partitioners.json").read_text())
+            edge_prof = doc_p["inputs"]["edge_profile"]
+            assert edge_prof["cpu_quota"]["fraction"] == 0.5
+            assert len(edge_prof["prefix_cold_ms"]) == len(edge_prof["layers"])
+            dec = doc_p["evaluation"]["predicted-argmin"]["decision"]
+            assert dec["source"]["edge"]["throttle"]["model"] == "cold prefix curve"
             assert (
                 row["partitioners"]["predicted-argmin"]["chosen"]
                 == parts["predicted-argmin"]["chosen"]
@@ -87,5 +97,8 @@ def test_bandwidth_loop_on_the_lab(cfg):
         show = _tracr("results", "show", str(group), timeout=60)
         assert show.returncode == 0, show.stderr
         assert all(r in show.stdout for r in RATES) and "predicted-argmin" in show.stdout
+        assert "noise" in show.stdout
+        one = _tracr("results", "show", str(group / doc["rows"][0]["run"]), timeout=60)
+        assert one.returncode == 0 and "measurement noise: split-half regret" in one.stdout
     finally:
         lab.down()

@@ -218,5 +218,7 @@ def test_runner_scores_partitioners_after_a_cyclic_sweep(tmp_path):
     assert view["measured"]["chosen"] == best and view["measured"]["regret"] == 1.0
     for row in view.values():
         assert row["best"] == best and row["regret"] >= 1.0
+    # one repeat per split: no split-half estimate of the measurement noise
+    assert result.summary["measurement_noise"] is None
     doc = json.loads((result.run_dir / "partitioners.json").read_text())
     assert doc["inputs"]["network"]["bandwidth_Bps"] > 0

@@ -141,7 +141,7 @@ def test_host_names():
 
 def test_link_report_and_edge_profile_carry_the_period(cfg):
     from app_api.lab import link_report
-    from app_api.runner.observer import _with_lab_quota
+    from app_api.runner.observer import _lab_quota, _with_quota
 
     st = state.new_state()
     h = state.host_entry(st, "lab-1")
@@ -150,12 +150,15 @@ def test_link_report_and_edge_profile_carry_the_period(cfg):
     state.save_state(st)
     cpu = link_report()["cpu"]
     assert cpu == {"lab-1": {"quota": 0.25, "measured": 0.247, "period_us": 20_000}}
-    prof = _with_lab_quota({"layers": {}}, "lab-1")
+    prof = _with_quota({"layers": {}}, _lab_quota("lab-1"))
     assert prof["cpu_quota"] == {"quota_ms": 5.0, "period_ms": 20.0, "fraction": 0.25,
                                  "source": "lab"}
-    assert "cpu_quota" not in _with_lab_quota({"layers": {}}, "lab-2")
+    assert "cpu_quota" not in _with_quota({"layers": {}}, _lab_quota("lab-2"))
+    # a participant that read its own quota keeps it
+    own = {"quota_ms": 50.0, "period_ms": 100.0, "fraction": 0.5}
+    assert _with_quota({"cpu_quota": own}, _lab_quota("lab-1"))["cpu_quota"] == own
     # a lab brought up before the period was recorded ran with the old 100 ms period
     del st["hosts"][0]["cpu_period_us"]
     state.save_state(st)
     assert link_report()["cpu"]["lab-1"]["period_us"] == 100_000
-    assert _with_lab_quota({}, "lab-1")["cpu_quota"]["period_ms"] == 100.0
+    assert _lab_quota("lab-1")["period_ms"] == 100.0

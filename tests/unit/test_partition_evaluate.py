@@ -162,3 +162,23 @@ def test_evaluate_run_is_the_observers_one_call(tmp_path):
     doc = json.loads((tmp_path / "partitioners.json").read_text())
     assert doc["what_if_bandwidths"]["1000.0"]["predicted-argmin"]["chosen"] == 3
     assert doc["what_if_bandwidths"]["1000000000.0"]["predicted-argmin"]["chosen"] == 0
+
+
+def test_split_half_regret_measures_how_much_the_oracle_moves_with_noise():
+    from app_api.runner.evaluate import split_half_regret
+
+    # clear winner: both halves pick split 2, whose median is best in the other half too
+    clear = {0: [10.0, 11.0, 10.0, 11.0], 1: [8.0, 8.5, 8.0, 8.5], 2: [5.0, 5.2, 5.1, 5.0]}
+    assert split_half_regret(clear)["regret"] == pytest.approx(1.0)
+    # a near tie flipped by noise: the halves disagree, each choice is 20% worse on the other
+    noisy = {0: [5.0, 6.0, 5.0, 6.0], 1: [6.0, 5.0, 6.0, 5.0]}
+    out = split_half_regret(noisy)
+    assert out["a_on_b"] == pytest.approx(1.2) and out["b_on_a"] == pytest.approx(1.2)
+    assert out["regret"] == pytest.approx(1.2)
+    assert (out["splits"], out["repeats_min"], out["repeats_max"]) == (2, 4, 4)
+    # halves are dealt alternately, so with 3 repeats they hold 2 and 1 values
+    assert split_half_regret({0: [1.0, 9.0, 3.0], 1: [4.0, 4.0, 4.0]})["a_on_b"] == \
+        pytest.approx(9.0 / 4.0)
+    # a split measured once (or only one split) gives no estimate
+    assert split_half_regret({0: [1.0], 1: [2.0, 3.0]}) is None
+    assert split_half_regret({}) is None

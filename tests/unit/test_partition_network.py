@@ -190,3 +190,57 @@ def test_predicted_argmin_throttle_on_or_off_agree_with_a_short_period():
     for k in range(1, 5):
         a, b = d_on["predicted"][k], d_off["predicted"][k]
         assert abs(a - b) <= max(0.1 * b, 20.0), (k, a, b)
+
+
+def test_predicted_argmin_reads_the_edge_prefix_off_the_cold_curve():
+    from experiment_design.partitioners.predicted import cold_prefix_of, edge_after_idle
+
+    # per-layer medians from back-to-back passes say layer 2 is slow (a stall landed there);
+    # passes after an idle spell show where the time really goes: layer 4
+    edge = {"layers": {"1": 2.0, "2": 40.0, "3": 2.0, "4": 20.0}, "full_ms": 80.0,
+            "prefix_cold_ms": {"1": 2.0, "2": 5.0, "3": 7.0, "4": 70.0}, "cold_gap_ms": 20.0,
+            "cpu_quota": {"quota_ms": 2.5, "period_ms": 10.0, "fraction": 0.25}}
+    p = create_partitioner("predicted-argmin")
+    p.setup(_ctx(edge))
+    dec = p.decision()
+    assert dec["source"]["edge"]["throttle"]["model"] == "cold prefix curve"
+    # split 3 idles 6.1 ms (20 KB on the wire, 1 cloud layer): 61% of a period, so its
+    # prefix lies 61% of the way from the back-to-back rate (7 * 80/70) to the cold time
+    assert dec["predicted_parts"][3]["edge_ms"] == pytest.approx(0.61 * 7 + 0.39 * 8)
+    # split 2 idles 52 ms: read straight off the curve
+    assert dec["predicted_parts"][2]["edge_ms"] == pytest.approx(5.0)
+    assert dec["chosen"] == 3
+    # the same profile without the curve: the stall-model path, which the cold param turns on
+    off = create_partitioner("predicted-argmin", cold=False)
+    off.setup(_ctx(dict(edge)))
+    assert off.decision()["source"]["edge"]["throttle"].get("model") != "cold prefix curve"
+
+    cold = cold_prefix_of(edge, 4)
+    assert cold == [0.0, 2.0, 5.0, 7.0, 70.0]
+    # made non-decreasing; a missing layer means no curve
+    assert cold_prefix_of({"prefix_cold_ms": {"1": 3.0, "2": 2.0}}, 2) == [0.0, 3.0, 3.0]
+    assert cold_prefix_of({"prefix_cold_ms": {"1": 3.0}}, 2) is None
+    assert cold_prefix_of({}, 2) is None
+    # idle for a period or more: the cold time; back to back: the rate of full passes
+    assert edge_after_idle(cold, 3, 15.0, 10.0, 80.0) == pytest.approx(7.0)
+    assert edge_after_idle(cold, 3, 0.0, 10.0, 80.0) == pytest.approx(7.0 * 80.0 / 70.0)
+    assert edge_after_idle(cold, 3, 5.0, 10.0, 80.0) == pytest.approx(7.0 * (1 + 80 / 70) / 2)
+
+
+def test_profile_records_a_cold_prefix_curve():
+    import torch
+
+    from experiment_design.roles.profiling import profile_split_model
+    from experiment_design.split import build_split_model
+
+    torch.manual_seed(0)
+    sm = build_split_model("alexnet", seed=0, input_shape=(3, 64, 64))
+    x = torch.randn(1, 3, 64, 64)
+    prof = profile_split_model(sm, x, repeats=2, full_repeats=2, cold_repeats=3, cold_gap_ms=1.0)
+    cold = prof["prefix_cold_ms"]
+    assert sorted(map(int, cold)) == list(range(1, sm.n + 1))
+    # cumulative from the start of each pass: never decreasing past a layer's own time
+    assert cold[str(sm.n)] >= max(cold.values()) * 0.999
+    assert (prof["cold_gap_ms"], prof["cold_repeats"]) == (1.0, 3)
+    none = profile_split_model(sm, x, repeats=1, full_repeats=1, cold_repeats=0)
+    assert "prefix_cold_ms" not in none
