@@ -62,6 +62,10 @@ def split_stats(rows: Iterable[dict]) -> list[dict]:
             "transfer_ms_median": _median(ok, "transfer_ms"),
             "decode_ms_median": _median(ok, "decode_ms"),
             "cloud_ms_median": _median(ok, "cloud_ms"),
+            # CPU time of the process over the same span: wall far above it means the
+            # participant waited (a CPU quota's stalls, a busy neighbour), not computed
+            "edge_cpu_ms_median": _median(ok, "edge_cpu_ms"),
+            "cloud_cpu_ms_median": _median(ok, "cloud_cpu_ms"),
             "bytes_raw": _median(ok, "bytes_raw"),
             "bytes_encoded": _median(ok, "bytes_encoded"),
         })

@@ -95,11 +95,11 @@ class CloudRole(ParticipantService):
                         torch.cuda.synchronize(self.device)
                         reply["decode_ms"] += (time.perf_counter_ns() - d0) / 1e6
                     with torch.inference_mode():
-                        t0 = time.perf_counter_ns()
+                        t0, c0 = time.perf_counter_ns(), time.process_time_ns()
                         out, layers = sm.run_suffix(int(header["split"]), tensors, timed=True)
-                        t1 = time.perf_counter_ns()
+                        t1, c1 = time.perf_counter_ns(), time.process_time_ns()
                     outs = {f"out{i}": t for i, t in enumerate(flatten_output(out))}
-                    reply.update(compute_ms=(t1 - t0) / 1e6,
+                    reply.update(compute_ms=(t1 - t0) / 1e6, cpu_ms=(c1 - c0) / 1e6,
                                  layers=[[int(i), float(ms)] for i, ms in layers])
                 except Exception as exc:  # reported in the reply, the edge records it
                     log.error("inference %s at split %s failed: %s", header.get("id"),

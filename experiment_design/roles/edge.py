@@ -139,9 +139,9 @@ class EdgeRole(ParticipantService):
         link_error: Exception | None = None
         try:
             with torch.inference_mode():
-                t0 = time.perf_counter_ns()
+                t0, c0 = time.perf_counter_ns(), time.process_time_ns()
                 crossing, pre = sm.run_prefix(split, x, timed=True)
-                t1 = time.perf_counter_ns()
+                t1, c1 = time.perf_counter_ns(), time.process_time_ns()
                 sent = ch.send({"op": "infer", "id": iid, "split": split}, crossing)
                 try:
                     header, tensors, _ = ch.recv()
@@ -156,6 +156,7 @@ class EdgeRole(ParticipantService):
             dec, cloud = float(header["decode_ms"]), float(header["compute_ms"])
             row.update(
                 edge_ms=edge_ms, encode_ms=sent.encode_ms, decode_ms=dec, cloud_ms=cloud,
+                edge_cpu_ms=(c1 - c0) / 1e6, cloud_cpu_ms=header.get("cpu_ms"),
                 transfer_ms=e2e_ms - edge_ms - sent.encode_ms - dec - cloud, e2e_ms=e2e_ms,
                 bytes_raw=sent.raw_bytes, bytes_encoded=sent.encoded_bytes,
                 n_crossing=len(crossing),

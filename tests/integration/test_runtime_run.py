@@ -72,12 +72,19 @@ def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int,
         "edge_ms_median",
         "transfer_ms_median",
         "cloud_ms_median",
+        "edge_cpu_ms_median",
+        "cloud_cpu_ms_median",
         "bytes_raw",
         "bytes_encoded",
         "count",
         "layer",
     ):
         assert all(key in sp for sp in s["splits"])
+    # CPU time beside wall time: each side's process was charged for its own layers
+    n_layers = max(sp["split"] for sp in s["splits"])
+    for sp in s["splits"]:
+        if 0 < sp["split"] < n_layers:
+            assert sp["edge_cpu_ms_median"] > 0 and sp["cloud_cpu_ms_median"] > 0, sp
     # split runs reproduce the unsplit model, at every split point
     ref = reference_outputs(s["model"], n_items, depth)
     for r in rows:
