@@ -41,6 +41,7 @@ def describe(threads: int | None = None) -> dict:
     import torch
 
     import experiment_design
+    from experiment_design.runtime import allocator
 
     if torch.cuda.is_available():
         device = "cuda"
@@ -62,5 +63,6 @@ def describe(threads: int | None = None) -> dict:
         "cpu_model": _cpu_model(),
         "cores": os.cpu_count(),
         "threads": threads if threads is not None else torch.get_num_threads(),
+        "allocator": dict(allocator.STATE),
         "pid": os.getpid(),
     }

@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cleanup-workdir", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--idle-timeout", type=float, default=30.0)
+    p.add_argument("--allocator", choices=("steady", "default"), default="steady",
+                   help="steady: keep freed memory for the next inference (runtime/allocator.py)")
     return p.parse_args(argv)
 
 
@@ -98,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         print("participant: expected the control secret (hex) on stdin", file=sys.stderr)
         return 2
     secret = bytes.fromhex(secret_line)
+
+    from experiment_design.runtime.allocator import configure
+
+    configure(args.allocator)
 
     from experiment_design.runtime.logcapture import LogBuffer
 
