@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -62,6 +63,8 @@ def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int,
     ]
     env = json.loads((result.run_dir / "environment.json").read_text())
     assert set(env) == {"edge-1", "cloud-1"} and all(e["threads"] == 1 for e in env.values())
+    if platform.libc_ver()[0] == "glibc":  # participants keep freed memory (runtime/allocator.py)
+        assert all(e["allocator"]["allocator"] == "steady" for e in env.values())
     # one layer row per layer per inference, and every split point of the sweep visited
     assert len(layers) % len(rows) == 0
     assert {int(r["split"]) for r in rows} == {sp["split"] for sp in s["splits"]}
