@@ -14,8 +14,8 @@ from experiment_design.errors import TracrError
 
 INFER_COLUMNS = [
     "inference", "item", "label", "split", "layer", "edge_ms", "encode_ms", "transfer_ms",
-    "decode_ms", "cloud_ms", "e2e_ms", "edge_cpu_ms", "cloud_cpu_ms", "bytes_raw", "bytes_encoded", "n_crossing", "top1",
-    "output_sum", "weights", "instance", "partner", "host", "error",
+    "decode_ms", "cloud_ms", "e2e_ms", "edge_cpu_ms", "cloud_cpu_ms", "bytes_raw",
+    "bytes_encoded", "n_crossing", "top1", "output_sum", "weights", "instance", "partner", "host", "error",
 ]
 LAYER_COLUMNS = ["inference", "instance", "side", "index", "name", "type", "ms"]
 

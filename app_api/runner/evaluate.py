@@ -180,6 +180,15 @@ def split_half_regret(e2e_by_split: Mapping[int, Sequence[float]]) -> dict | Non
             "repeats_min": min(reps), "repeats_max": max(reps)}
 
 
+def measurement_noise(rows: Iterable[Mapping]) -> dict | None:
+    """:func:`split_half_regret` of a run's inference rows (failed ones left out)."""
+    by_split: dict[int, list[float]] = {}
+    for r in rows:
+        if not r.get("error") and r.get("e2e_ms") is not None:
+            by_split.setdefault(int(r["split"]), []).append(float(r["e2e_ms"]))
+    return split_half_regret(by_split)
+
+
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:
     """The compact per-partitioner block for ``summary.json["partitioners"]``."""
     keys = ("chosen", "chosen_ms", "best", "best_ms", "regret", "spearman", "criterion", "error")

@@ -22,7 +22,7 @@ POLL_S = 0.25
 HEARTBEAT_S = 5.0
 # start-up profile: per-layer medians of timed passes + the median of untimed full passes
 # (the calibration partitioners scale the layer times to; see partitioners/predicted.py)
-PROFILE_PARAMS = json.dumps({"repeats": 7, "full_repeats": 9})
+PROFILE_PARAMS = {"repeats": 7, "full_repeats": 9}
 
 
 class ParticipantLost(TracrError):
@@ -255,15 +255,17 @@ class Observer:
             ctx: dict[str, Any] = {}
             partners = [b for a, b in self.pairs if a == inst]
             if "edge_profile" in needs:
+                from experiment_design.roles.profiling import cold_gap_for
+
                 lab_quota = _lab_quota(self.handles[inst].device)
-                params = PROFILE_PARAMS
-                if lab_quota:  # idle long enough between cold passes for the budget to refill
-                    params = json.dumps({**json.loads(PROFILE_PARAMS),
-                                         "cold_gap_ms": max(20.0, 2 * lab_quota["period_ms"])})
-                ctx["edge_profile"] = _with_quota(self.call(inst, "profile_layers", params),
-                                                  lab_quota)
+                params = dict(PROFILE_PARAMS)
+                if lab_quota:  # the edge cannot see the lab's period: size its cold-pass gaps here
+                    params["cold_gap_ms"] = cold_gap_for(lab_quota["period_ms"])
+                ctx["edge_profile"] = _with_quota(
+                    self.call(inst, "profile_layers", json.dumps(params)), lab_quota)
             if "cloud_profile" in needs and partners:
-                ctx["cloud_profile"] = self.call(partners[0], "profile_layers", PROFILE_PARAMS)
+                ctx["cloud_profile"] = self.call(partners[0], "profile_layers",
+                                                 json.dumps(PROFILE_PARAMS))
             if partners:
                 # always measured (cheap, raw payloads): the link figure belongs in every summary
                 net = self.call(inst, "probe_link", "{}")
@@ -493,13 +495,9 @@ class Observer:
         )
         if self.eval_ctx is not None and summary["splits"]:
             summary["partitioners"] = self._evaluate(summary, w.dir)
-            from app_api.runner.evaluate import split_half_regret
+            from app_api.runner.evaluate import measurement_noise
 
-            by_split: dict[int, list[float]] = {}
-            for r in w.rows:
-                if not r.get("error") and r.get("e2e_ms") is not None:
-                    by_split.setdefault(int(r["split"]), []).append(float(r["e2e_ms"]))
-            summary["measurement_noise"] = split_half_regret(by_split)
+            summary["measurement_noise"] = measurement_noise(w.rows)
         w.write_json("summary.json", summary)
         try:
             from app_api.results.plots import draw

@@ -349,9 +349,10 @@ class PredictedArgmin(Partitioner):
         bw, rtt, link_src = link(ctx, self.params)
         rtt_used = rtt if self.include_rtt else 0.0
         pred = totals(edge, cloud, crossing_bytes(ctx), ctx.valid_splits, bw, rtt_used)
+        if throttle:
+            q, per = float(quota["quota_ms"]), float(quota["period_ms"])
         cold = cold_prefix_of(ctx.edge_profile, len(ctx.layers)) if throttle else None
         if cold is not None and self.params.get("cold", True):
-            q, per = float(quota["quota_ms"]), float(quota["period_ms"])
             edge_info.update(throttle={
                 "quota_ms": q, "period_ms": per, "model": "cold prefix curve",
                 "full_ms": full_ms, "cold_full_ms": cold[-1],
@@ -361,7 +362,6 @@ class PredictedArgmin(Partitioner):
                 p["edge_ms"] = edge_after_idle(cold, k, idle, per, float(full_ms))
                 p["total_ms"] = p["edge_ms"] + p["transfer_ms"] + p["cloud_ms"]
         elif throttle:
-            q, per = float(quota["quota_ms"]), float(quota["period_ms"])
             full_cpu = (ctx.edge_profile or {}).get("full_cpu_ms")
             mins = layer_ms_of({"layers": (ctx.edge_profile or {}).get("layers_min")},
                                len(ctx.layers)) if (ctx.edge_profile or {}).get("layers_min") else None

@@ -82,11 +82,17 @@ def profile_split_model(
     quota = cpu_quota()
     prof["cpu_quota"] = quota
     if cold_repeats > 0:
-        gap = cold_gap_ms if cold_gap_ms is not None else max(
-            20.0, 2 * float((quota or {}).get("period_ms") or 0.0))
+        gap = cold_gap_ms if cold_gap_ms is not None else cold_gap_for(
+            (quota or {}).get("period_ms"))
         prof.update(prefix_cold_ms=cold_prefix(sm, x, cold_repeats, gap / 1000.0, sync),
                     cold_gap_ms=gap, cold_repeats=cold_repeats)
     return prof
+
+
+def cold_gap_for(period_ms: float | None) -> float:
+    """Idle gap (ms) before each cold pass: two CFS periods, so the quota has refilled
+    whatever the phase, and never under 20 ms."""
+    return max(20.0, 2 * float(period_ms or 0.0))
 
 
 def cold_prefix(sm: Any, x: Any, repeats: int, gap_s: float, sync: Any = None) -> dict:

@@ -24,14 +24,14 @@ import ctypes.util
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's ceiling on 64-bit
-TRIM_THRESHOLD = 1 << 40
+TRIM_THRESHOLD = 2**31 - 1  # the largest a C int holds: in effect, never trim
 
 #: what :func:`configure` did, for the participant's environment report
 STATE: dict = {"allocator": "default"}
 
 
 def configure(mode: str = "steady") -> dict:
-    """Apply ``mode`` (``steady`` or ``default``) to this process's malloc; returns :data:`STATE`."""
+    """Apply ``mode`` (``steady`` or ``default``) to this process's malloc; return :data:`STATE`."""
     global STATE
     if mode == "default":
         STATE = {"allocator": "default"}
@@ -47,8 +47,8 @@ def configure(mode: str = "steady") -> dict:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(
-        mallopt(M_TRIM_THRESHOLD, min(TRIM_THRESHOLD, 2**31 - 1)))
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     STATE = ({"allocator": "steady", "mmap_threshold": MMAP_THRESHOLD_MAX,
-              "trim_threshold": min(TRIM_THRESHOLD, 2**31 - 1)}
+              "trim_threshold": TRIM_THRESHOLD}
              if ok else {"allocator": "default", "note": "mallopt refused the settings"})
     return STATE

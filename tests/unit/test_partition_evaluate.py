@@ -182,3 +182,13 @@ def test_split_half_regret_measures_how_much_the_oracle_moves_with_noise():
     # a split measured once (or only one split) gives no estimate
     assert split_half_regret({0: [1.0], 1: [2.0, 3.0]}) is None
     assert split_half_regret({}) is None
+
+
+def test_measurement_noise_reads_inference_rows_and_skips_failures():
+    from app_api.runner.evaluate import measurement_noise
+
+    rows = [{"split": k, "e2e_ms": v, "error": ""} for k, v in
+            [(0, 5.0), (1, 6.0), (0, 6.0), (1, 5.0)]]
+    rows.append({"split": 0, "e2e_ms": None, "error": "link to cloud-1 failed"})
+    assert measurement_noise(rows)["regret"] == pytest.approx(1.2)
+    assert measurement_noise(rows[:2]) is None
