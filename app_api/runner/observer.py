@@ -165,6 +165,8 @@ class Observer:
         t0 = time.perf_counter()
         self.parallel(setup, specs)
         self.times["setup_s"] = time.perf_counter() - t0
+        for inst, info in self.infos.items():  # which cuts each side built before measuring
+            self.envs[inst]["prepared"] = info.get("prepared")
         self.wire()
 
     def participant_config(self, spec: ParticipantSpec, data_secret: str) -> dict:

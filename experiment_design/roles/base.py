@@ -47,6 +47,9 @@ class ParticipantService(rpyc.Service):
     role_name: ClassVar[str] = ""
     partners: ClassVar[dict[str, str]] = {}
     needs_dataset: ClassVar[bool] = False
+    #: The side of every cut this role computes ("prefix" or "suffix"); its code is
+    #: built at set-up so no inference pays for it (see ``SplitModel.prepare``).
+    side: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -149,6 +152,13 @@ class ParticipantService(rpyc.Service):
             batch=int(model.get("batch") or 1),
         )
         self.device = self._place_model(config)
+        prepared = {"side": self.side, "splits": 0, "ms": 0.0}
+        if self.side:
+            t0 = time.perf_counter()
+            prepared["splits"] = self.split_model.prepare(self.side)
+            prepared["ms"] = round((time.perf_counter() - t0) * 1e3, 1)
+            log.info("built %s code for %d cuts in %.0f ms", self.side, prepared["splits"],
+                     prepared["ms"])
         if self.needs_dataset and config.get("dataset"):
             self.inputs = [(x.to(self.device), label, item)
                            for x, label, item in self._load_inputs(config, model)]
@@ -166,6 +176,7 @@ class ParticipantService(rpyc.Service):
             "inputs": len(self.inputs),
             "threads": torch.get_num_threads(),
             "device": str(self.device),
+            "prepared": prepared,
         }
 
     def _place_model(self, config: dict) -> Any:

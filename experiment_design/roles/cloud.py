@@ -23,6 +23,7 @@ class CloudRole(ParticipantService):
     """
 
     partners: dict[str, str] = {}
+    side = "suffix"
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)

@@ -26,6 +26,7 @@ class EdgeRole(ParticipantService):
 
     partners = {"downstream": "cloud"}
     needs_dataset = True
+    side = "prefix"
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)

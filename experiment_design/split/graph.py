@@ -276,6 +276,13 @@ class GraphEngine:
             fn = self._cache[key] = self._compile(k, side, clock)
         return fn
 
+    def prepare(self, side: str, splits: list[int], timed: bool, cuda: bool) -> int:
+        """Generate and compile ``side`` at every cut in ``splits`` now, not at first use."""
+        clock = (cuda_clock if cuda else cpu_clock) if timed else None
+        for k in splits:
+            self._module(k, side, clock)
+        return len(splits)
+
     def _build_fx(self, k: int, side: str, clock) -> fx.GraphModule:
         """The same cut as an fx GraphModule (slower to build; used when codegen slicing fails)."""
         g = fx.Graph()

@@ -253,6 +253,10 @@ class HookEngine:
             handles.append(m.register_forward_hook(post))
         return handles
 
+    def prepare(self, side: str, splits: list[int], timed: bool, cuda: bool) -> int:
+        """Nothing to build ahead: hooks are registered per pass."""
+        return 0
+
     def run_prefix(self, k: int, x: Tensor, timed: bool = False):
         """Crossing tensors of cut k; per-unit ms of units 1..k if timed."""
         wanted = self.crossing_units(k)

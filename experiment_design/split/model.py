@@ -101,6 +101,24 @@ class SplitModel:
                 hint="pick one of valid_splits()",
             )
 
+    def prepare(self, side: str, splits: list[int] | None = None, *, timed: bool = True) -> int:
+        """Build the code of one side ("prefix" or "suffix") for each cut in ``splits``
+        (default: every valid cut) ahead of time.
+
+        The graph engine generates each side's code on first use. Done inside a timed
+        inference, that one-off cost (milliseconds, growing with the side's length)
+        would land in the first measurement at every new split, and on a CPU-quota'd
+        host it would also spend the quota the layers then wait for. Returns how many
+        were built (0 in hooks mode, which has nothing to build).
+        """
+        if side not in ("prefix", "suffix"):
+            raise TracrError(f"unknown side '{side}'", hint="use prefix or suffix")
+        ks = self.valid_splits() if splits is None else list(splits)
+        for k in ks:
+            self._check(k)
+        on_cuda = next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
+        return self.engine.prepare(side, ks, timed, on_cuda)
+
     def run_prefix(
         self, k: int, x: Tensor, *, timed: bool = False
     ) -> tuple[dict[str, Tensor], list[tuple[int, float]]]:

@@ -65,6 +65,10 @@ def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int,
     assert set(env) == {"edge-1", "cloud-1"} and all(e["threads"] == 1 for e in env.values())
     if platform.libc_ver()[0] == "glibc":  # participants keep freed memory (runtime/allocator.py)
         assert all(e["allocator"]["allocator"] == "steady" for e in env.values())
+    # each side's code was built at set-up for every valid cut, none during the sweep
+    assert env["edge-1"]["prepared"]["side"] == "prefix"
+    assert env["cloud-1"]["prepared"]["side"] == "suffix"
+    assert all(e["prepared"]["splits"] == len(s["splits"]) for e in env.values())
     # one layer row per layer per inference, and every split point of the sweep visited
     assert len(layers) % len(rows) == 0
     assert {int(r["split"]) for r in rows} == {sp["split"] for sp in s["splits"]}

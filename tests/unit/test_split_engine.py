@@ -108,6 +108,29 @@ def test_graph_suffix_does_not_recompute_prefix(resnet18):
     assert all(not n.startswith(("conv1", "layer1", "layer2")) for n in calls)
 
 
+def test_prepare_builds_each_side_before_the_first_inference(resnet18, monkeypatch):
+    model, x = resnet18
+    sm = SplitModel.build(model, x)
+    valid = sm.valid_splits()
+    assert sm.prepare("prefix") == len(valid)
+    assert sm.prepare("suffix", valid[:3]) == 3
+    built: list[tuple[int, str]] = []
+    compile_ = sm.engine._compile
+    monkeypatch.setattr(sm.engine, "_compile",
+                        lambda k, side, clock: built.append((k, side)) or compile_(k, side, clock))
+    for k in valid:  # timed prefixes were built ahead: nothing is generated inside the timing
+        sm.run_prefix(k, x, timed=True)
+    assert built == []
+    crossing, _ = sm.run_prefix(valid[5], x, timed=True)
+    sm.run_suffix(valid[5], crossing, timed=True)  # not prepared: built on first use
+    assert built == [(valid[5], "suffix")]
+    with pytest.raises(TracrError, match="unknown side"):
+        sm.prepare("middle")
+    with pytest.raises(TracrError, match="out of range"):
+        sm.prepare("prefix", [sm.n + 1])
+    assert SplitModel.build(model, x, mode="hooks", depth=1).prepare("prefix") == 0
+
+
 def test_forced_graph_mode_on_untraceable_model_is_a_user_error():
     class Branchy(nn.Module):
         def __init__(self):
