@@ -125,7 +125,7 @@ def shaping_plan(rate_Bps: float | None, delay_ms: float | None) -> dict:
             args += ["delay", f"{float(delay_ms):g}ms"]
         if rate_Bps is not None:
             args += ["rate", f"{int(round(rate_Bps * 8))}bit"]
-            # netem's default queue (1000 packets) would add seconds of delay on slow links.
+            # the same queue depth as tbf's, in packets: deep enough that TCP loses none
             args += ["limit", str(max(100, int(tbf_params(rate_Bps)["limit"] / 1514) + 10))]
         return {"qdisc": "netem", "args": args}
     if delay_ms:

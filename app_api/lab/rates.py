@@ -84,22 +84,31 @@ def format_rate(bytes_per_s: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-def tbf_params(rate_Bps: float, *, mtu: int = 1500, latency_ms: float = 50.0) -> dict:
+#: Bytes the shaper may queue. Deep enough that TCP never loses a packet to it: Linux
+#: lets one flow have at most its send buffer in flight (``tcp_wmem`` max, 4 MiB by
+#: default), so every request-response transfer fits, for a few flows at once.
+QUEUE_BYTES = 16 << 20
+
+
+def tbf_params(rate_Bps: float, *, mtu: int = 1500, queue_bytes: int = QUEUE_BYTES) -> dict:
     """Parameters for a ``tbf`` qdisc shaping to ``rate_Bps`` (bytes/s on the wire).
 
     ``burst`` (the bucket) is 2 ms worth of traffic but never less than 4 full frames.
     The bucket refills while the link idles and is then sent at line rate, so a big
     bucket would make every small tensor transfer look faster than the configured rate;
     2 ms keeps that error small while TCP still reaches ~95% of the rate in payload.
-    ``limit`` (the queue) holds ``latency_ms`` of traffic plus one bucket: long enough
-    for TCP to fill the link, short enough not to add seconds of queueing delay.
+    ``limit`` (the queue) is one bucket plus ``queue_bytes``, so a transfer takes
+    bytes / rate however large it is. With a shallow queue (50 ms of traffic) the tail
+    of every transfer larger than the queue was dropped and TCP recovered by
+    retransmission timeout (>= 200 ms): on a 1 MB/s link a 62 KB tensor took 200 ms
+    instead of 63 ms, and the time stopped growing with the bytes.
     Returned as integers plus the ready ``tc`` argument list.
     """
     if not rate_Bps > 0:
         raise TracrError(f"cannot shape to a rate of {rate_Bps} bytes/s")
     frame = mtu + 14
     burst = max(4 * frame, int(rate_Bps * 0.002))
-    limit = max(burst + 2 * frame, burst + int(rate_Bps * latency_ms / 1000.0))
+    limit = burst + max(2 * frame, int(queue_bytes))
     rate_bit = int(round(rate_Bps * 8))
     return {
         "rate_bit": rate_bit,

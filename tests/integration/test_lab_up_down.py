@@ -47,6 +47,59 @@ def _ssh(state: dict, address: str, command: str) -> subprocess.CompletedProcess
     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
+_SINK = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 5999)); s.listen(1); print("ready", flush=True)
+c, _ = s.accept()
+while True:
+    need = int.from_bytes(c.recv(8, socket.MSG_WAITALL) or b"\\0" * 8, "big")
+    if not need:
+        break
+    while need:
+        need -= len(c.recv(min(need, 1 << 20)))
+    c.sendall(b"k")
+"""
+_SEND = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], 5999), timeout=30)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+n = int(sys.argv[2])
+for _ in range(3):
+    t = time.perf_counter(); c.sendall(n.to_bytes(8, "big") + b"x" * n); c.recv(1)
+    print(time.perf_counter() - t)
+    time.sleep(0.1)
+c.sendall((0).to_bytes(8, "big"))
+"""
+
+
+def _transfer_without_loss(sender: dict, receiver: dict, nbytes: int) -> list[float]:
+    """Send ``nbytes`` three times between two lab hosts; seconds each (asserts no drops)."""
+    import sys
+
+    def drops() -> int:
+        out = subprocess.run(["ip", "netns", "exec", sender["ns"], "tc", "-s", "-j", "qdisc",
+                              "show", "dev", sender["veth_ns"]], capture_output=True, text=True)
+        return sum(q.get("drops", 0) for q in json.loads(out.stdout))
+
+    before = drops()
+    sink = subprocess.Popen(["ip", "netns", "exec", receiver["ns"], sys.executable, "-c", _SINK],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout.readline().strip() == "ready"
+        r = subprocess.run(["ip", "netns", "exec", sender["ns"], sys.executable, "-c", _SEND,
+                            receiver["address"], str(nbytes)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert sink.wait(timeout=10) == 0
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
+    assert drops() == before  # the shaper queued every packet; TCP never had to resend
+    return [float(v) for v in r.stdout.split()]
+
+
 def _assert_nothing_left(cfg: Path, pids: list[int]) -> None:
     assert _namespaces() == []
     assert _links() == []
@@ -94,6 +147,12 @@ def test_lab_up_ssh_shaping_quota_and_down(cfg):
         assert report["configured"]["bandwidth_Bps"] == 4e6
         assert report["bandwidth_Bps"] == pytest.approx(4e6, rel=0.25)
         assert 0 < report["rtt_ms"] < 50
+        # on a slow link a transfer larger than 50 ms of traffic is queued, not dropped, so
+        # it takes bytes / rate (with a shallow queue TCP waited out retransmission timeouts)
+        lab.shape("1MB/s", verify=False)
+        secs = _transfer_without_loss(state["hosts"][0], state["hosts"][1], 300_000)
+        assert len(secs) == 3 and min(secs) > 0.25  # 0.3 s at 1 MB/s, not line rate
+        lab.shape("4MB/s")
 
         # a quarter of a core per 10 ms period (the default): evenly slower, not stalling
         v1 = Path("/sys/fs/cgroup/cpu/tracr-lab-1")
