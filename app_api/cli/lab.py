@@ -45,6 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="CFS period of the CPU quotas in ms (default 10: a quota'd host runs evenly "
         "slower; a long period such as 100 runs at full speed, then stalls)",
     )
+    up.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="let the hosts share every CPU (default: host i runs on CPU i alone when there "
+        "are no more hosts than CPUs, as separate devices would)",
+    )
     up.add_argument("--no-verify", action="store_true", help="skip measuring the link")
     up.add_argument("--json", action="store_true", help="print the state as JSON")
     up.set_defaults(func=_up)
@@ -90,6 +96,7 @@ def _up(args: argparse.Namespace) -> int:
         delay_ms=args.delay,
         cpu_quota=args.cpu_quota,
         cpu_period_ms=args.cpu_period_ms,
+        pin=not args.no_pin,
         verify=not args.no_verify,
         say=_say(args),
     )
@@ -150,7 +157,8 @@ def _print_status(state: dict) -> None:
 
     console = Console()
     hosts = Table(title="tracr lab hosts")
-    for col in ("name", "netns", "address", "sshd pid", "alive", "cpu quota", "cpu measured"):
+    for col in ("name", "netns", "address", "sshd pid", "alive", "cpus", "cpu quota",
+                "cpu measured"):
         hosts.add_column(col)
     for h in state["hosts"]:
         quota = h.get("cpu_quota")
@@ -161,6 +169,7 @@ def _print_status(state: dict) -> None:
             h.get("address", "?"),
             str(h.get("sshd_pid") or "-"),
             "[green]yes[/]" if h.get("alive") else "[red]no[/]",
+            ",".join(map(str, h["cpus"])) if h.get("cpus") else "all",
             "-" if quota is None
             else f"{quota:g} core / {h.get('cpu_period_us', 100_000) / 1000:g} ms",
             "-" if measured is None else f"{measured:.3f} core",

@@ -9,6 +9,7 @@ cgroups), because the lab is one per machine and a lost state file must not stra
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import time
@@ -76,10 +77,16 @@ def up(
     cpu_quota: list[str] | dict | None = None,
     cpu_period_ms: float | None = None,
     *,
+    pin: bool = True,
     verify: bool = True,
     say=lambda msg: None,
 ) -> dict:
     """Create ``hosts`` emulated hosts (namespaces + sshd), pair them, shape and verify the link.
+
+    With ``pin`` (default) and no more hosts than CPUs, host i runs on CPU i only, as
+    separate devices would: unpinned, an edge and a cloud migrate across the same cores
+    and evict each other's caches, and a quota'd edge's prefix cost up to 1.4x the CPU
+    time it cost pinned.
 
     Returns the state dict (also written to ``$TRACR_CONFIG_DIR/lab/state.json``). On any
     failure everything created so far is removed again before the error propagates.
@@ -108,7 +115,7 @@ def up(
     )
     save_state(state)
     try:
-        _build(state, int(hosts), quotas, say, period)
+        _build(state, int(hosts), quotas, say, period, pin)
         _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
         state["complete"] = True
         save_state(state)
@@ -137,9 +144,14 @@ def _refuse_if_up() -> None:
 
 
 def _build(
-    state: dict, n: int, quotas: dict[str, float], say, period: int | None = None
+    state: dict, n: int, quotas: dict[str, float], say, period: int | None = None,
+    pin: bool = True,
 ) -> None:
     period = cgroup.PERIOD_US if period is None else int(period)
+    cpus = sorted(os.sched_getaffinity(0))
+    state["pinned"] = bool(pin) and n <= len(cpus)
+    if pin and not state["pinned"]:
+        say(f"not pinning: {n} hosts on {len(cpus)} CPUs (hosts share the cores)")
     root = lab_dir()
     root.mkdir(parents=True, exist_ok=True)
     client_key = root / "id_ed25519"
@@ -178,13 +190,18 @@ def _build(
             save_state(state)
         pid = sshd.start_sshd(names["ns"], config, host_dir / "sshd.log")
         h["sshd_pid"] = pid
+        if state["pinned"]:
+            # before sshd forks anything: every session (and participant) inherits the CPU
+            os.sched_setaffinity(pid, {cpus[i - 1]})
+            h["cpus"] = [cpus[i - 1]]
         save_state(state)
         if h.get("cgroup"):
             # sshd has not forked anything yet; every session it starts inherits the cgroup.
             cgroup.add_pid(Path(h["cgroup"]), pid)
         sshd.wait_listening(names["address"], 22, pid=pid)
         kh_lines.append(sshd.host_key_line(names["address"], pub))
-        say(f"{names['name']}: netns {names['ns']} {names['address']} sshd pid {pid}")
+        say(f"{names['name']}: netns {names['ns']} {names['address']} sshd pid {pid}"
+            + (f", CPU {h['cpus'][0]}" if h.get("cpus") else ""))
 
     kh = Path(state["known_hosts"])
     sshd.add_known_hosts(kh, kh_lines)
@@ -296,6 +313,7 @@ def link_report() -> dict:
             for h in state["hosts"]
             if h.get("cpu_quota") is not None
         },
+        "cpus": {h["name"]: h.get("cpus") for h in state["hosts"]},
     }
 
 

@@ -89,6 +89,11 @@ class Partitioner:
         """The split index for the next inference."""
         raise NotImplementedError
 
+    def observe(self, split: int, row: dict) -> None:
+        """The measured row of an inference this policy placed at ``split`` (the edge's
+        ``inferences.csv`` row: ``e2e_ms``, ``edge_ms``, ``error``...). Default: ignored;
+        adaptive policies learn from it."""
+
     def sweep_length(self) -> int | None:
         """How many inferences make one full pass of this policy, or None if open-ended."""
         return None

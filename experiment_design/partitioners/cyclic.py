@@ -18,16 +18,31 @@ class CyclicPartitioner(Partitioner):
 
     Params: ``repeats`` (int, default 1); ``splits``: ``"all"`` (default) or a
     list of split indices restricting the allowed set (invalid ones are an
-    error). One sweep is ``len(allowed) * repeats`` inferences.
+    error); ``refine`` (int, default 0) and ``contenders`` (int, default 8): after
+    the walk, the ``contenders`` splits with the lowest measured median end-to-end
+    latency get ``refine`` more inferences each, in turn (k1, k2, ..., k1, k2, ...).
+    A sweep's best split is the minimum of many noisy medians, so it is biased low
+    and unstable when several splits are close; measuring the close ones more
+    is where extra repeats pay (racing). One sweep is
+    ``len(allowed) * repeats + min(contenders, len(allowed)) * refine`` inferences.
     """
 
-    def __init__(self, repeats: int = 1, splits: Any = "all", **params: Any) -> None:
-        super().__init__(repeats=repeats, splits=splits, **params)
+    def __init__(self, repeats: int = 1, splits: Any = "all", refine: int = 0,
+                 contenders: int = 8, **params: Any) -> None:
+        super().__init__(repeats=repeats, splits=splits, refine=refine, contenders=contenders,
+                         **params)
         if int(repeats) < 1:
             raise TracrError(f"cyclic: repeats must be >= 1, got {repeats}")
+        if int(refine) < 0 or int(contenders) < 1:
+            raise TracrError(f"cyclic: refine must be >= 0 and contenders >= 1, got "
+                             f"refine={refine}, contenders={contenders}")
         self.repeats = int(repeats)
+        self.refine = int(refine)
+        self.n_contenders = int(contenders)
         self.splits = splits
         self.allowed: list[int] = []
+        self.contenders: list[int] = []
+        self.e2e: dict[int, list[float]] = {}
         self._n = 0
 
     def setup(self, ctx: PartitionContext) -> None:
@@ -45,27 +60,58 @@ class CyclicPartitioner(Partitioner):
                     hint=f"valid splits are {valid}",
                 )
             self.allowed = wanted
-        self._n = 0
+        self.contenders, self.e2e, self._n = [], {}, 0
 
-    def next_split(self) -> int:
-        """Current split; advances after ``repeats`` calls and wraps around."""
-        k = self.allowed[(self._n // self.repeats) % len(self.allowed)]
-        self._n += 1
-        return k
-
-    def sweep_length(self) -> int:
-        """len(allowed splits) x repeats."""
+    def _walk(self) -> int:
         return len(self.allowed) * self.repeats
 
+    def _n_refine(self) -> int:
+        return min(self.n_contenders, len(self.allowed)) * self.refine
+
+    def observe(self, split: int, row: dict) -> None:
+        """Keep each split's end-to-end latencies (failed inferences are not kept)."""
+        if not row.get("error") and row.get("e2e_ms") is not None:
+            self.e2e.setdefault(int(split), []).append(float(row["e2e_ms"]))
+
+    def _pick_contenders(self) -> list[int]:
+        """The allowed splits with the lowest median e2e so far (unmeasured ones last)."""
+        def key(k: int) -> tuple[float, int]:
+            v = sorted(self.e2e.get(k, []))
+            if not v:
+                return (float("inf"), k)
+            mid = len(v) // 2
+            return ((v[mid] + v[~mid]) / 2, k)
+
+        return sorted(self.allowed, key=key)[: min(self.n_contenders, len(self.allowed))]
+
+    def next_split(self) -> int:
+        """The walk (each allowed split ``repeats`` times), then the refine rounds over the
+        contenders; wraps around after a whole sweep."""
+        i = self._n % self.sweep_length()
+        self._n += 1
+        if i < self._walk():
+            return self.allowed[i // self.repeats]
+        if i == self._walk():
+            self.contenders = self._pick_contenders()
+        j = i - self._walk()
+        return self.contenders[j % len(self.contenders)]
+
+    def sweep_length(self) -> int:
+        """len(allowed splits) x repeats, plus the refine rounds."""
+        return self._walk() + self._n_refine()
+
     def decision(self) -> dict:
-        """The allowed set, repeats and position in the cycle."""
-        return {
+        """The allowed set, repeats, the refined contenders and position in the cycle."""
+        out = {
             "name": self.name,
             "allowed": self.allowed,
             "repeats": self.repeats,
             "sweep_length": self.sweep_length(),
             "issued": self._n,
         }
+        if self.refine:
+            out.update(refine=self.refine, contenders=self.contenders)
+        return out
 
 
 @register_partitioner("fixed")

@@ -46,7 +46,8 @@ class InferDataset(Task):
                 raise TracrError("stopped before the end of infer-dataset")
             k = participant.partitioner.next_split()
             x, label, item = inputs[i % len(inputs)]
-            participant.infer(x, label, item, k)
+            row = participant.infer(x, label, item, k)
+            participant.partitioner.observe(k, row)
             participant.progress(done=i + 1, split=k)
 
 

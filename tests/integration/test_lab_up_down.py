@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -129,6 +130,16 @@ def test_lab_up_ssh_shaping_quota_and_down(cfg):
         assert r.returncode == 0, r.stderr
         assert "tracr-lab-1" in r.stdout  # the session inherited sshd's cgroup
         assert "10.213.0.2/24" in r.stdout
+        # one CPU per host (this machine has at least as many CPUs as hosts), inherited
+        # by every session sshd starts
+        if len(os.sched_getaffinity(0)) >= 2:
+            assert state["pinned"] and [h["cpus"] for h in state["hosts"]] == [
+                [c] for c in sorted(os.sched_getaffinity(0))[:2]]
+            for h in state["hosts"]:
+                assert os.sched_getaffinity(h["sshd_pid"]) == set(h["cpus"])
+                r = _ssh(state, h["address"], "grep Cpus_allowed_list /proc/self/status")
+                assert r.stdout.split()[-1] == str(h["cpus"][0]), r.stdout
+            assert lab.link_report()["cpus"] == {h["name"]: h["cpus"] for h in state["hosts"]}
         assert _ssh(state, "10.213.0.3", "true").returncode == 0
 
         # Paired in the device registry.
@@ -207,13 +218,15 @@ def test_lab_cli_up_ls_down(cfg, capsys):
     import app
 
     try:
-        assert app.main(["lab", "up", "--hosts", "1", "--no-verify", "--cpu-quota",
+        assert app.main(["lab", "up", "--hosts", "1", "--no-verify", "--no-pin", "--cpu-quota",
                          "lab-1=0.5", "--cpu-period-ms", "20"]) == 0
         capsys.readouterr()
         assert app.main(["lab", "ls", "--json"]) == 0
         listed = json.loads(capsys.readouterr().out)
         assert [(h["name"], h["alive"]) for h in listed["hosts"]] == [("lab-1", True)]
         assert listed["hosts"][0]["cpu_period_us"] == 20_000
+        assert listed["pinned"] is False and "cpus" not in listed["hosts"][0]
+        assert os.sched_getaffinity(listed["hosts"][0]["sshd_pid"]) == os.sched_getaffinity(0)
         assert 0.3 < listed["hosts"][0]["cpu_measured"] < 0.6
         assert app.main(["lab", "up", "--hosts", "1"]) == 2  # refuses a second lab
     finally:

@@ -54,6 +54,10 @@ def test_bandwidth_loop_on_the_lab(cfg):
             "--set",
             "partitioner.params.repeats=2",
             "--set",
+            "partitioner.params.refine=2",
+            "--set",
+            "partitioner.params.contenders=2",
+            "--set",
             "+partitioner.params.splits=[0,3,6,13,22]",
             "--set",
             "dataset.params.limit=1",
@@ -72,6 +76,8 @@ def test_bandwidth_loop_on_the_lab(cfg):
             assert set(parts) == {"neurosurgeon", "predicted-argmin", "measured"}
             measured = {s["split"]: s["e2e_ms_median"] for s in run["splits"]}
             assert set(measured) == {0, 3, 6, 13, 22}
+            # the walk measured each split twice, then the two fastest twice more each
+            assert sorted(s["count"] for s in run["splits"]) == [2, 2, 2, 4, 4]
             for p in parts.values():
                 assert p["best"] == min(measured, key=measured.get)
                 assert p["chosen"] in measured and p["regret"] >= 1.0

@@ -203,6 +203,7 @@ def test_runner_scores_partitioners_after_a_cyclic_sweep(tmp_path):
         "participant_instances.edge-1.device=localhost",
         "participant_instances.cloud-1.device=localhost",
         "partitioner.params.repeats=1",
+        "partitioner.params.refine=0",
         "dataset.params.limit=1",
         "run.warmup=1",
     ]

@@ -52,6 +52,34 @@ def test_cyclic_rejects_invalid_split_and_bad_repeats():
         create_partitioner("cyclic", repeats=0)
 
 
+def test_cyclic_refine_measures_the_closest_splits_again_in_turn():
+    p = create_partitioner("cyclic", repeats=2, refine=3, contenders=2)
+    p.setup(ctx())  # valid splits 0, 1, 2, 3, 5
+    assert p.sweep_length() == 5 * 2 + 2 * 3
+    e2e = {0: [50.0, 60.0], 1: [20.0, 90.0], 2: [30.0, 31.0], 3: [40.0, 45.0], 5: [99.0, 1.0]}
+    walk = []
+    for _ in range(10):
+        k = p.next_split()
+        walk.append(k)
+        p.observe(k, {"e2e_ms": e2e[k][walk.count(k) - 1], "error": ""})
+    assert walk == [0, 0, 1, 1, 2, 2, 3, 3, 5, 5]
+    # medians: 0: 55, 1: 55, 2: 30.5, 3: 42.5, 5: 50 -> the two lowest, each 3 more times
+    assert take(p, 6) == [2, 3, 2, 3, 2, 3]
+    assert p.decision()["contenders"] == [2, 3] and p.decision()["refine"] == 3
+    assert take(p, 2) == [0, 0]  # then the next sweep starts over
+    p.observe(0, {"e2e_ms": None, "error": "link failed"})  # failures are not kept
+    assert p.e2e[0] == [50.0, 60.0]
+    with pytest.raises(TracrError, match="refine"):
+        create_partitioner("cyclic", refine=-1)
+
+
+def test_cyclic_refine_without_measurements_keeps_the_walk_order():
+    p = create_partitioner("cyclic", refine=1, contenders=3)
+    p.setup(ctx())
+    assert take(p, 8) == [0, 1, 2, 3, 5, 0, 1, 2]
+    assert create_partitioner("cyclic", repeats=2).decision().get("refine") is None
+
+
 def test_fixed_and_negative_index():
     p = create_partitioner("fixed", split=2)
     p.setup(ctx())
