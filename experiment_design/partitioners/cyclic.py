@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from experiment_design.errors import TracrError
@@ -76,11 +77,8 @@ class CyclicPartitioner(Partitioner):
     def _pick_contenders(self) -> list[int]:
         """The allowed splits with the lowest median e2e so far (unmeasured ones last)."""
         def key(k: int) -> tuple[float, int]:
-            v = sorted(self.e2e.get(k, []))
-            if not v:
-                return (float("inf"), k)
-            mid = len(v) // 2
-            return ((v[mid] + v[~mid]) / 2, k)
+            v = self.e2e.get(k)
+            return (statistics.median(v) if v else float("inf"), k)
 
         return sorted(self.allowed, key=key)[: min(self.n_contenders, len(self.allowed))]
 
