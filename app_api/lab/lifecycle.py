@@ -258,6 +258,16 @@ def verify_link(state: dict) -> dict:
     else:
         dst_name, dst_ns, dst_addr = "observer", None, state["bridge_address"]
     result = measure_link(src["ns"], dst_ns, dst_addr, seconds=seconds)
+    # A shaped link cannot beat its rate, but a stalled machine can read far below it for
+    # a whole probe. Probe again (twice at most) and keep the fastest reading, so one
+    # stall does not hand the partitioners a wrong link; every reading is recorded.
+    readings = [round(result["rate_Bps"])]
+    while shaped and result["rate_Bps"] < 0.7 * shaped and len(readings) < 3:
+        again = measure_link(src["ns"], dst_ns, dst_addr, seconds=seconds)
+        readings.append(round(again["rate_Bps"]))
+        if again["rate_Bps"] > result["rate_Bps"]:
+            result = again
+    result["rate_readings_Bps"] = readings
     result.update(
         src=src["name"], dst=dst_name, seconds=seconds, at=time.strftime("%Y-%m-%dT%H:%M:%S%z")
     )

@@ -158,6 +158,8 @@ def test_lab_up_ssh_shaping_quota_and_down(cfg):
         assert report["configured"]["bandwidth_Bps"] == 4e6
         assert report["bandwidth_Bps"] == pytest.approx(4e6, rel=0.25)
         assert 0 < report["rtt_ms"] < 50
+        readings = report["measured"]["rate_readings_Bps"]  # re-probed only if far below
+        assert 1 <= len(readings) <= 3 and round(report["bandwidth_Bps"]) == max(readings)
         # on a slow link a transfer larger than 50 ms of traffic is queued, not dropped, so
         # it takes bytes / rate (with a shallow queue TCP waited out retransmission timeouts)
         lab.shape("1MB/s", verify=False)
