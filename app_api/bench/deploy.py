@@ -35,17 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _launchers(targets: list[str]):
-    from app_api.devices import get_device, launcher_for_device
+    from app_api.devices import get_device
+    from app_api.launch import launcher_for
 
     cloud, edge = (targets + targets)[:2] if targets else ("", "")
     return [
-        (role, name, launcher_for_device(get_device(name)))
+        (role, name, launcher_for(get_device(name)))
         for role, name in (("cloud", cloud), ("edge", edge))
     ]
 
 
 def _one_round(launchers, threads: int) -> dict:
-    from app_api.runner.launcher import ParticipantSpec
+    from app_api.launch import ParticipantSpec
 
     def start(item):
         role, name, launcher = item
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> dict:
     """Deploy a cloud+edge pair ``--repeats`` times; medians of ready and teardown times."""
     import os
 
-    from app_api.devices.bundle import build_bundle
+    from app_api.launch.bundle import build_bundle
 
     repeats = max(1, int(getattr(args, "repeats", 3)))
     load_before = os.getloadavg()[0]  # context: other work on the same cores slows torch import
@@ -101,10 +102,10 @@ def run(args: argparse.Namespace) -> dict:
             targets = ["localhost"]
     try:
         if sshd is not None:
-            from app_api.devices import launcher_for_device
+            from app_api.launch import launcher_for
 
             dev = sshd.device("loopback")
-            launchers = [(r, dev.name, launcher_for_device(dev)) for r in ("cloud", "edge")]
+            launchers = [(r, dev.name, launcher_for(dev)) for r in ("cloud", "edge")]
             where = f"loopback sshd {sshd.host}:{sshd.port}"
         else:
             launchers = _launchers(targets)

@@ -15,23 +15,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, text in BENCHMARKS.items():
         bp = names.add_parser(name, help=text)
         bp.add_argument("--json", action="store_true", help="print the result as JSON")
-        try:
-            module = importlib.import_module(f"app_api.bench.{name}")
-        except ImportError:
-            module = None
-        if module is not None and hasattr(module, "add_arguments"):
+        module = importlib.import_module(f"app_api.bench.{name}")
+        if hasattr(module, "add_arguments"):
             module.add_arguments(bp)
         bp.set_defaults(func=_run, bench_name=name)
     p.set_defaults(func=lambda args: p.print_help())
 
 
 def _run(args: argparse.Namespace) -> int:
-    from experiment_design.errors import TracrError
-
-    try:
-        module = importlib.import_module(f"app_api.bench.{args.bench_name}")
-    except ImportError as exc:
-        raise TracrError(f"benchmark '{args.bench_name}' is not available: {exc}") from exc
+    module = importlib.import_module(f"app_api.bench.{args.bench_name}")
     result = module.run(args)
     if args.json:
         print(json.dumps(result, indent=2, default=str))

@@ -1,7 +1,7 @@
-"""Devices: the registry of paired devices, pairing, probing and zero-deploy over SSH.
+"""Devices: the registry of paired devices, pairing, probing and the ssh plumbing.
 
-The SSH launcher (and the runner types it needs) loads on first use, so importing the
-registry stays cheap.
+Starting participants on a device is :mod:`app_api.launch`'s job; it imports this
+package, never the other way round.
 """
 
 from __future__ import annotations
@@ -19,18 +19,7 @@ __all__ = [
     "LOCALHOST",
     "Device",
     "DeviceRegistry",
-    "SSHLauncher",
-    "SSHParticipantHandle",
     "get_device",
     "known_hosts_path",
-    "launcher_for_device",
     "registry_path",
 ]
-
-
-def __getattr__(name: str):
-    if name in ("SSHLauncher", "SSHParticipantHandle", "launcher_for_device"):
-        from app_api.devices import deploy
-
-        return getattr(deploy, name)
-    raise AttributeError(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app_api.runner.launcher import ParticipantHandle, ParticipantSpec, launcher_for
+from app_api.launch import ParticipantHandle, ParticipantSpec, launcher_for
 from app_api.runner.progress import ProgressView
 from experiment_design.errors import TracrError
 
@@ -70,6 +71,9 @@ class Observer:
         self.view = ProgressView(progress, title=manifest.name)
         self.writer = RunWriter(manifest.name, out_dir)
         self.handles: dict[str, ParticipantHandle] = {}
+        # owns every launched participant: teardown's one exit path closes them all
+        self.owned = contextlib.ExitStack()
+        self._owning = threading.Lock()
         self.roles: dict[str, str] = {}
         self.envs: dict[str, dict] = {}
         self.infos: dict[str, dict] = {}
@@ -144,7 +148,9 @@ class Observer:
 
         def start(spec: ParticipantSpec) -> None:
             handle = launcher_for(spec.device).start(spec)
-            self.handles[spec.instance] = handle
+            with self._owning:
+                self.owned.enter_context(handle)
+                self.handles[spec.instance] = handle
 
         t0 = time.perf_counter()
         self.parallel(start, specs)
@@ -397,7 +403,8 @@ class Observer:
         def stop(h: ParticipantHandle) -> None:
             h.stop(timeout=10.0)
 
-        self.parallel(stop, list(self.handles.values()))
+        with self.owned:  # stopped in parallel (fast); the stack closes any the pool missed
+            self.parallel(stop, list(self.handles.values()))
         left = [f"{i}: {x}" for i, h in self.handles.items() for x in h.leftovers()]
         if left:
             self.errors.append("left behind after teardown: " + ", ".join(left))

@@ -19,7 +19,7 @@ from app_api.devices import ssh
 from app_api.devices.pairing import PairRequest, pair
 from app_api.devices.probe import probe
 from app_api.devices.registry import DeviceRegistry
-from app_api.runner.launcher import ParticipantSpec
+from app_api.launch import ParticipantSpec
 from experiment_design.errors import TracrError
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
@@ -135,7 +135,7 @@ def _spec(role: str = "cloud") -> ParticipantSpec:
 
 
 def test_deploy_hello_stop_leaves_nothing(loopback_sshd):
-    from app_api.devices import SSHLauncher
+    from app_api.launch import SSHLauncher
 
     handle = SSHLauncher(loopback_sshd.device()).start(_spec())
     try:
@@ -162,7 +162,7 @@ def test_deploy_hello_stop_leaves_nothing(loopback_sshd):
 
 
 def test_killed_participant_leaves_no_dir(loopback_sshd):
-    from app_api.devices import SSHLauncher
+    from app_api.launch import SSHLauncher
 
     handle = SSHLauncher(loopback_sshd.device()).start(_spec("edge"))
     os.kill(handle.pid, signal.SIGKILL)  # loopback: the remote python is a local process
@@ -178,8 +178,8 @@ def test_killed_observer_participant_self_destructs(loopback_sshd, tmp_path):
         import json, secrets, sys, time
         sys.path.insert(0, {str(REPO)!r})
         from app_api.devices.registry import Device
-        from app_api.devices import SSHLauncher
-        from app_api.runner.launcher import ParticipantSpec
+        from app_api.launch import SSHLauncher
+        from app_api.launch import ParticipantSpec
         dev = Device(**json.loads(sys.argv[1]))
         h = SSHLauncher(dev).start(ParticipantSpec("cloud-1", "cloud", dev.name, 1, secrets.token_bytes(32)))
         print(json.dumps({{"pid": h.pid, "workdir": h.workdir}}), flush=True)
@@ -227,7 +227,7 @@ def test_pair_unauthorized_key_without_password_prints_copy_id(loopback_sshd, tm
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs a python without torch")
 def test_device_without_torch_is_a_clear_error_and_leaves_nothing(loopback_sshd):
-    from app_api.devices import SSHLauncher
+    from app_api.launch import SSHLauncher
 
     cp = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True)
     if cp.returncode == 0:
@@ -240,7 +240,7 @@ def test_device_without_torch_is_a_clear_error_and_leaves_nothing(loopback_sshd)
 
 
 def test_deploy_refuses_changed_host_key(loopback_sshd, tmp_path):
-    from app_api.devices import SSHLauncher
+    from app_api.launch import SSHLauncher
 
     other = tmp_path / "fake_host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)

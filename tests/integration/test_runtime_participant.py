@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app_api.runner.launcher import ParticipantSpec
-from app_api.runner.local import LocalLauncher
+from app_api.launch import LocalLauncher, ParticipantSpec
 from experiment_design.runtime import connect_control
 
 pytestmark = pytest.mark.integration

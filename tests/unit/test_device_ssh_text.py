@@ -8,8 +8,8 @@ import re
 import tarfile
 
 from app_api.devices import ssh
-from app_api.devices.bundle import BOOTSTRAP, bootstrap_command, build_bundle
 from app_api.devices.registry import Device, known_hosts_path
+from app_api.launch.bundle import BOOTSTRAP, bootstrap_command, build_bundle
 
 
 def _dev(**kw) -> Device:

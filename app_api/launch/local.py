@@ -1,8 +1,12 @@
-"""The built-in ``localhost`` device: each participant is its own local process."""
+"""The built-in ``localhost`` device: each participant is its own local process.
+
+The sibling of :mod:`app_api.launch.ssh` over :mod:`app_api.launch.base`: no SSH,
+no bundle; the child runs the participant module from this checkout in a temp
+directory that goes away with it.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,15 +16,19 @@ import threading
 import time
 from pathlib import Path
 
-from app_api.runner.launcher import Launcher, ParticipantHandle, ParticipantSpec
+from app_api.launch.base import Launcher, ParticipantHandle, ParticipantSpec
 from experiment_design.errors import TracrError
+from experiment_design.protocol import PARTICIPANT_MODULE, Ready
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-READY = "TRACR-READY "
 
 
-class LocalHandle(ParticipantHandle):
-    """A participant process on this machine, reached over loopback."""
+class LocalParticipant(ParticipantHandle):
+    """A participant process on this machine, reached over loopback.
+
+    Owns the child process (its pipes) and its work dir; :meth:`stop` unwinds them:
+    control connection, stdin (the polite goodbye), the process, its pipes, the dir.
+    """
 
     def __init__(self, spec: ParticipantSpec, proc: subprocess.Popen, workdir: str,
                  stderr_path: str) -> None:
@@ -90,19 +98,19 @@ class LocalHandle(ParticipantHandle):
 
 
 class LocalLauncher(Launcher):
-    """Starts ``python -m experiment_design.runtime.participant`` as a child process."""
+    """Starts ``python -m <PARTICIPANT_MODULE>`` as a child process of the observer."""
 
     def __init__(self, python: str | None = None, ready_timeout: float = 60.0) -> None:
         self.python = python or sys.executable
         self.ready_timeout = ready_timeout
 
-    def start(self, spec: ParticipantSpec) -> ParticipantHandle:
+    def start(self, spec: ParticipantSpec) -> LocalParticipant:
         """Start the process, wait for TRACR-READY, open the authenticated control connection."""
         from experiment_design.runtime import connect_control
 
         workdir = tempfile.mkdtemp(prefix=f"tracr-{spec.instance}-")
         stderr_path = os.path.join(workdir, "stderr.log")
-        cmd = [self.python, "-m", "experiment_design.runtime.participant", "--role", spec.role,
+        cmd = [self.python, "-m", PARTICIPANT_MODULE, "--role", spec.role,
                "--instance", spec.instance, "--host", "127.0.0.1", "--port", "0",
                "--workdir", workdir, "--cleanup-workdir",
                "--threads", str(spec.threads or 1)]
@@ -120,7 +128,7 @@ class LocalLauncher(Launcher):
             )
         finally:
             errf.close()
-        handle = LocalHandle(spec, proc, workdir, stderr_path)
+        handle = LocalParticipant(spec, proc, workdir, stderr_path)
         try:
             proc.stdin.write((spec.secret.hex() + "\n").encode())
             proc.stdin.flush()
@@ -137,14 +145,14 @@ class LocalLauncher(Launcher):
             raise
         return handle
 
-    def _wait_ready(self, handle: LocalHandle) -> int:
+    def _wait_ready(self, handle: LocalParticipant) -> int:
         result: dict = {}
 
         def reader() -> None:
             for raw in handle.proc.stdout:
-                line = raw.decode(errors="replace").strip()
-                if line.startswith(READY):
-                    result.update(json.loads(line[len(READY):]))
+                ready = Ready.parse(raw.decode(errors="replace"))
+                if ready is not None:
+                    result["port"] = ready.port
                     return
 
         t = threading.Thread(target=reader, daemon=True)

@@ -6,10 +6,15 @@ participant, and runs the bootstrap, which reads the bundle from stdin into a
 fresh ``/tmp/tracr-XXXXXXXX``, makes a venv that reuses the device's torch,
 and execs the participant bound to the device's loopback inside a ``sh``
 wrapper that removes the dir however python ends. The observer then reads
-``TRACR-READY`` and adds a local port forward to the participant's rpyc port
+the ready line (:class:`experiment_design.protocol.Ready`) and adds a local port forward to the participant's rpyc port
 through the same master (``ssh -O forward``: no new login). The session's
 stdin stays open: if the observer dies, ssh dies, stdin hits EOF and the
 participant exits by itself.
+
+The launched :class:`SSHParticipant` owns the ssh session (its ControlMaster
+socket and the port forward through it), the remote process and the remote
+temp dir, and :meth:`SSHParticipant.stop` unwinds them in that order's reverse.
+The sibling of :mod:`app_api.launch.local` over :mod:`app_api.launch.base`.
 """
 
 from __future__ import annotations
@@ -22,45 +27,26 @@ import os
 import queue
 import secrets
 import shlex
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 from typing import Any
 
 from app_api.devices import ssh
-from app_api.devices.bundle import bootstrap_command, build_bundle, bundle_header
 from app_api.devices.registry import Device, get_device
-from app_api.runner.launcher import Launcher, ParticipantHandle, ParticipantSpec
+from app_api.launch.base import Launcher, ParticipantHandle, ParticipantSpec
+from app_api.launch.bundle import BOOT_PREFIX, bootstrap_command, build_bundle, bundle_header
+from app_api.launch.remote import control_dir, free_local_port, remote_leftovers
 from experiment_design.errors import TracrError
+from experiment_design.protocol import PARTICIPANT_MODULE, Ready
 
 log = logging.getLogger(__name__)
 
-READY_PREFIX = "TRACR-READY "
-BOOT_PREFIX = "TRACR-BOOT "
 READY_TIMEOUT_S = 120.0  # a Raspberry Pi can take a while to import torch
 _EOF = object()
 
 
-def _control_dir() -> str:
-    """A private directory for ssh control sockets (one per user, reused; sockets vanish)."""
-    path = os.path.join(tempfile.gettempdir(), f"tracr-ssh-{os.getuid()}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
-    if st.st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
-        raise TracrError(f"{path} is not a private directory of this user.", hint=f"Remove {path}.")
-    os.chmod(path, 0o700)
-    return path
-
-
-def _free_local_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class SSHParticipantHandle(ParticipantHandle):
+class SSHParticipant(ParticipantHandle):
     """A participant running in a temporary venv on a remote device."""
 
     def __init__(self, device: Device, spec: ParticipantSpec) -> None:
@@ -111,7 +97,7 @@ class SSHParticipantHandle(ParticipantHandle):
         cmd = bootstrap_command(dev.python, {"need": need, "args": args})
         self._command = (
             f"{dev.python} -c <bootstrap> < bundle; then in the temp dir: "
-            f"venv/bin/python -m experiment_design.runtime.participant {shlex.join(args)}"
+            f"venv/bin/python -m {PARTICIPANT_MODULE} {shlex.join(args)}"
         )
         bundle = build_bundle()
         # A session of its own: a Ctrl-C at the terminal reaches the observer, which
@@ -210,9 +196,8 @@ class SSHParticipantHandle(ParticipantHandle):
                 self.workdir = self.env["dir"]
                 self.timings["boot_s"] = time.perf_counter() - self._t0
                 self._check_boot(codec)
-            elif line.startswith(READY_PREFIX):
-                ready = json.loads(line[len(READY_PREFIX) :])
-                self.port, self.pid = int(ready["port"]), int(ready["pid"])
+            elif (ready := Ready.parse(line)) is not None:
+                self.port, self.pid = ready.port, ready.pid
                 self.timings["ready_s"] = time.perf_counter() - self._t0
                 break
             else:
@@ -228,7 +213,7 @@ class SSHParticipantHandle(ParticipantHandle):
         dev = self._device
         base = ["ssh", *ssh.ssh_options(dev, control_path=self._control_path())]
         for _ in range(5):  # the free port can be taken between our probe and ssh's bind
-            lport = _free_local_port()
+            lport = free_local_port()
             argv = [*base, "-O", "forward", "-L", f"127.0.0.1:{lport}:127.0.0.1:{self.port}",
                     dev.target]  # fmt: skip
             cp = subprocess.run(argv, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
@@ -242,13 +227,13 @@ class SSHParticipantHandle(ParticipantHandle):
             + ssh.failure_block(shlex.join(argv), dev.host, cp.returncode, "", err)
         )
 
-    def start(self, codec: str | None = None) -> SSHParticipantHandle:
+    def start(self, codec: str | None = None) -> SSHParticipant:
         """Deploy and start; on any failure everything started so far is torn down."""
         from experiment_design.runtime import connect_control
 
         self._t0 = time.perf_counter()
         try:
-            self._ctl_dir = _control_dir()
+            self._ctl_dir = control_dir()
             self._launch(codec)
             self._await_ready(codec)
             t3 = time.perf_counter()
@@ -290,33 +275,53 @@ class SSHParticipantHandle(ParticipantHandle):
             log.warning("cleanup on %s: %s", self.device, exc.message)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Shut down, close stdin (ends the ssh master and its forward), kill if needed, clean up."""
+        """Unwind what the launch made, last acquired first; idempotent.
+
+        The control connection (asking the participant to shut down), the ssh session
+        (closing stdin ends the master and its forward, and the participant with it),
+        whatever the remote end still holds, the ssh process, its control socket.
+        """
         if self._stopped:
             return
         self._stopped = True
-        if self.conn is not None:
-            try:
-                import rpyc
+        self._close_control(timeout)
+        self._end_session(timeout)
+        self._clean_remote(timeout)
+        self._reap_ssh()
+        self._remove_control_socket()
 
-                reply = rpyc.async_(self.conn.root.shutdown)()
-                reply.set_expiry(min(3.0, timeout))
-                reply.wait()
-            except Exception:  # best effort: the process may be gone or hung already
-                pass
-            try:
-                self.conn.close()
-            except Exception:
-                pass
+    def _close_control(self, timeout: float) -> None:
+        if self.conn is None:
+            return
+        try:
+            import rpyc
+
+            reply = rpyc.async_(self.conn.root.shutdown)()
+            reply.set_expiry(min(3.0, timeout))
+            reply.wait()
+        except Exception:  # best effort: the process may be gone or hung already
+            pass
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+    def _end_session(self, timeout: float) -> None:
         proc = self._proc
-        if proc is not None:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                proc.wait(timeout=max(1.0, timeout / 2))
-            except subprocess.TimeoutExpired:
-                pass
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=max(1.0, timeout / 2))
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _clean_remote(self, timeout: float) -> None:
+        """Kill a participant the session's end did not stop; remove a dir nobody else will."""
+        proc = self._proc
         cleanup = []
         running = proc is None or proc.poll() is None
         if self.pid and running:
@@ -333,18 +338,24 @@ class SSHParticipantHandle(ParticipantHandle):
             cleanup.append(f"rm -rf {shlex.quote(self.workdir)}")
         if cleanup:
             self._remote("; ".join(cleanup) + "; true", timeout=max(5.0, timeout))
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
+
+    def _reap_ssh(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (proc.stdout, proc.stderr):
             try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+                stream.close()
+            except Exception:
                 pass
-            for stream in (proc.stdout, proc.stderr):
-                try:
-                    stream.close()
-                except Exception:
-                    pass
+
+    def _remove_control_socket(self) -> None:
         if self._ctl_dir:  # the master removes its socket on exit; make sure
             with contextlib.suppress(OSError):
                 os.unlink(self._control_path())
@@ -354,29 +365,6 @@ class SSHParticipantHandle(ParticipantHandle):
         if not self.workdir and not self.pid:
             return []
         return remote_leftovers(self._device, self.workdir, self.pid)
-
-
-def remote_leftovers(device: Device, workdir: str | None, pid: int | None) -> list[str]:
-    """Processes whose PID is ``pid`` or whose command line names ``workdir``, and the dir itself."""
-    # The script goes on stdin so no command line (not even ssh's, on loopback) names workdir.
-    script = "echo SELF $$; ps -eo pid=,ppid=,args=\n"
-    if workdir:
-        script += f"if [ -e {shlex.quote(workdir)} ]; then echo DIR-PRESENT; fi\n"
-    cp = ssh.run_ssh(device, "sh -s", input=script.encode(), timeout=30)
-    lines = cp.stdout.decode(errors="replace").splitlines()
-    me = next((ln.split()[1] for ln in lines if ln.startswith("SELF ")), "")
-    found = []
-    for ln in lines:
-        if ln.startswith(("SELF ", "DIR-PRESENT")):
-            continue
-        parts = ln.split(None, 2)
-        if len(parts) < 3 or me in parts[:2]:
-            continue
-        if (pid and parts[0] == str(pid)) or (workdir and workdir in parts[2]):
-            found.append(f"process {parts[0]}: {parts[2]}")
-    if "DIR-PRESENT" in lines:
-        found.append(f"directory {workdir}")
-    return found
 
 
 class SSHLauncher(Launcher):
@@ -393,16 +381,6 @@ class SSHLauncher(Launcher):
             raise TracrError("'localhost' runs without SSH; use the local launcher.")
         self.codec = codec
 
-    def start(self, spec: ParticipantSpec) -> SSHParticipantHandle:
+    def start(self, spec: ParticipantSpec) -> SSHParticipant:
         """Deploy and start one participant; returns once its control connection is up."""
-        return SSHParticipantHandle(self.device, spec).start(codec=self.codec)
-
-
-def launcher_for_device(device: Device | str) -> Launcher:
-    """The launcher for a device: local for ``localhost``, SSH for paired devices."""
-    name = device if isinstance(device, str) else device.name
-    if name == "localhost":
-        from app_api.runner.local import LocalLauncher
-
-        return LocalLauncher()
-    return SSHLauncher(device)
+        return SSHParticipant(self.device, spec).start(codec=self.codec)

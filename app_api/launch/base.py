@@ -1,19 +1,26 @@
-"""How the observer starts participants: the launcher interface and `launcher_for`.
+"""What every launcher shares: the spec of a participant, its launched handle, the launcher.
 
 A :class:`Launcher` turns a :class:`ParticipantSpec` into a running participant
 process and returns a :class:`ParticipantHandle` holding its authenticated rpyc
-control connection. ``localhost`` uses :class:`app_api.runner.local.LocalLauncher`
-(one local process per participant); every other device name is resolved through
-``app_api.devices`` (the SSH launcher).
+control connection. The handle is the one owner of everything the launch made
+(the process, the SSH session and its tunnel, the temp directory) and a context
+manager: leaving the ``with`` block, or :meth:`ParticipantHandle.close`, unwinds
+them in order, the way rpyc's ``DeployedServer`` does::
+
+    with launcher_for("jetson").start(spec) as handle:
+        handle.conn.root.hello()
+    assert handle.leftovers() == []
+
+The siblings over this base are :mod:`app_api.launch.local` (the built-in
+``localhost``) and :mod:`app_api.launch.ssh` (paired devices).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
-
-from experiment_design.errors import TracrError
 
 
 @dataclass
@@ -28,7 +35,7 @@ class ParticipantSpec:
 
 
 class ParticipantHandle(ABC):
-    """A running participant as the observer sees it."""
+    """A launched participant as the observer sees it; owns what its launch created."""
 
     instance: str
     device: str
@@ -53,26 +60,24 @@ class ParticipantHandle(ABC):
         """The last lines the participant wrote to stderr, when the launcher keeps them."""
         return ""
 
+    def close(self) -> None:
+        """The one exit path: stop the participant and release all it holds (idempotent)."""
+        self.stop()
+
+    def __enter__(self) -> ParticipantHandle:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
 
 class Launcher(ABC):
     """Starts participants on one device."""
 
     @abstractmethod
     def start(self, spec: ParticipantSpec) -> ParticipantHandle:
-        """Start a participant and return its handle once its control connection is up."""
+        """Start a participant and return its handle once its control connection is up.
 
-
-def launcher_for(device_name: str) -> Launcher:
-    """The launcher for a device: ``localhost`` is built in, others come from the registry."""
-    if device_name == "localhost":
-        from app_api.runner.local import LocalLauncher
-
-        return LocalLauncher()
-    try:
-        from app_api.devices import SSHLauncher  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise TracrError(
-            f"Device '{device_name}' needs the SSH launcher, which is not available ({exc}).",
-            hint="Use device: localhost, or pair the device with `tracr device pair`.",
-        ) from exc
-    return SSHLauncher(device_name)
+        On failure everything started so far is torn down before the error is raised.
+        """

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
+import shlex
 import tarfile
 import threading
 from pathlib import Path
 
+from experiment_design.protocol import PARTICIPANT_MODULE
+
 # Pure-python packages shipped into DIR/deps (import name -> module providing its path).
 PURE_DEPS = ("rpyc",)
+#: the bootstrap's one-line JSON report (dir, venv python, pid, found/missing modules)
+BOOT_PREFIX = "TRACR-BOOT "
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 _cache: dict[tuple, bytes] = {}
 _lock = threading.Lock()
@@ -31,11 +37,8 @@ def _package_dir(name: str) -> Path:
 
 def bundle_sources() -> list[tuple[Path, str]]:
     """(local directory, name inside the bundle) pairs that make up the bundle."""
-    items = [(_package_dir("experiment_design"), "experiment_design")]
-    try:
-        items.append((_package_dir("MyDatasets"), "MyDatasets"))
-    except ImportError:  # not written yet in a partial checkout
-        pass
+    items = [(_package_dir("experiment_design"), "experiment_design"),
+             (_package_dir("MyDatasets"), "MyDatasets")]
     items += [(_package_dir(dep), f"deps/{dep}") for dep in PURE_DEPS]
     return items
 
@@ -80,7 +83,7 @@ def build_bundle() -> bytes:
 # bundle is read with os.read on fd 0 so no buffered reader swallows the bytes after
 # it. It makes DIR and DIR/venv, points the venv at the device's site-packages,
 # reports one JSON line, and then (when the config names participant args) execs
-# ``sh -c 'cd DIR && venv/bin/python -m ...participant ...; rm -rf DIR'`` so the
+# ``sh -c 'cd DIR && venv/bin/python -m MODULE ARGS...; rm -rf DIR'`` so the
 # temp dir goes away however python ends. On failure it removes DIR itself.
 BOOTSTRAP = r"""
 import base64, importlib.util, io, json, os, shlex, shutil, sys, tarfile, tempfile, venv
@@ -139,7 +142,7 @@ if missing:
     shutil.rmtree(d, ignore_errors=True)
     sys.exit(4)
 if cfg.get("args") is not None:
-    argv = [py, "-m", "experiment_design.runtime.participant"] + cfg["args"] + [
+    argv = [py, "-m", cfg["module"]] + cfg["args"] + [
         "--workdir", d, "--cleanup-workdir"]
     q = shlex.quote(d)
     os.environ["PYTHONUNBUFFERED"] = "1"
@@ -162,11 +165,11 @@ def bootstrap_command(python: str, config: dict | None = None) -> str:
 
     ``config`` (JSON, shipped base64 in argv): ``need`` lists modules the run cannot do
     without (the bootstrap stops before starting anything when one is missing);
-    ``args`` are participant arguments, given which the bootstrap becomes the participant.
+    ``args`` are participant arguments, given which the bootstrap becomes
+    ``python -m <module> ARGS`` (``module``: :data:`experiment_design.protocol.PARTICIPANT_MODULE`).
     """
-    import json
-    import shlex
-
+    if config is not None and "args" in config:
+        config = {"module": PARTICIPANT_MODULE, **config}
     code = base64.b64encode(BOOTSTRAP.encode()).decode()
     cmd = f"{shlex.quote(python)} -c \"import base64;exec(base64.b64decode('{code}'))\""
     if config is not None:

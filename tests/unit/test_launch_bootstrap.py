@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from app_api.devices.bundle import bootstrap_command, build_bundle, bundle_header
+from app_api.launch.bundle import bootstrap_command, build_bundle, bundle_header
 
 
 def run_bootstrap(tmp_path, stdin: bytes, config: dict | None = None, then: str = ""):
