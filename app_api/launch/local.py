@@ -56,7 +56,8 @@ class LocalParticipant(ParticipantHandle):
         return "\n".join(lines[-n:])
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Ask politely (close control + stdin), then terminate, then kill."""
+        """Unwind in order, idempotently: the control connection, stdin (the polite
+        goodbye), the process (wait, then terminate, then kill), its pipe, the work dir."""
         if self._stopped:
             return
         self._stopped = True
@@ -126,6 +127,9 @@ class LocalLauncher(Launcher):
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, env=env,
                 cwd=workdir, start_new_session=True,  # Ctrl-C goes to the observer, which tears down
             )
+        except BaseException:  # no process, so no handle yet to own the dir
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
         finally:
             errf.close()
         handle = LocalParticipant(spec, proc, workdir, stderr_path)

@@ -6,8 +6,9 @@ participant, and runs the bootstrap, which reads the bundle from stdin into a
 fresh ``/tmp/tracr-XXXXXXXX``, makes a venv that reuses the device's torch,
 and execs the participant bound to the device's loopback inside a ``sh``
 wrapper that removes the dir however python ends. The observer then reads
-the ready line (:class:`experiment_design.protocol.Ready`) and adds a local port forward to the participant's rpyc port
-through the same master (``ssh -O forward``: no new login). The session's
+the ready line (:class:`experiment_design.protocol.Ready`) and adds a local
+port forward to the participant's rpyc port through the same master
+(``ssh -O forward``: no new login). The session's
 stdin stays open: if the observer dies, ssh dies, stdin hits EOF and the
 participant exits by itself.
 
@@ -47,7 +48,12 @@ _EOF = object()
 
 
 class SSHParticipant(ParticipantHandle):
-    """A participant running in a temporary venv on a remote device."""
+    """A participant running in a temporary venv on a remote device.
+
+    Built by :class:`SSHLauncher`; :meth:`start` acquires the ssh session, the remote
+    dir and process, the forward and the control connection, and on any failure
+    unwinds what it got through :meth:`stop`, the one exit path.
+    """
 
     def __init__(self, device: Device, spec: ParticipantSpec) -> None:
         self.instance = spec.instance
@@ -371,8 +377,8 @@ class SSHLauncher(Launcher):
     """Starts participants on one paired device over SSH.
 
     >>> launcher = SSHLauncher("jetson")
-    >>> handle = launcher.start(ParticipantSpec("edge-1", "edge", "jetson", 1, secret))
-    >>> handle.conn.root.hello(); handle.stop()
+    >>> with launcher.start(ParticipantSpec("edge-1", "edge", "jetson", 1, secret)) as handle:
+    ...     handle.conn.root.hello()
     """
 
     def __init__(self, device: Device | str, *, codec: str | None = None) -> None:
