@@ -139,7 +139,7 @@ if missing:
     shutil.rmtree(d, ignore_errors=True)
     sys.exit(4)
 if cfg.get("args") is not None:
-    argv = [py, "-m", "experiment_design.runtime.participant"] + cfg["args"] + [
+    argv = [py, "-m", "experiment_design.participant"] + cfg["args"] + [
         "--workdir", d, "--cleanup-workdir"]
     q = shlex.quote(d)
     os.environ["PYTHONUNBUFFERED"] = "1"

@@ -111,7 +111,7 @@ class SSHParticipantHandle(ParticipantHandle):
         cmd = bootstrap_command(dev.python, {"need": need, "args": args})
         self._command = (
             f"{dev.python} -c <bootstrap> < bundle; then in the temp dir: "
-            f"venv/bin/python -m experiment_design.runtime.participant {shlex.join(args)}"
+            f"venv/bin/python -m experiment_design.participant {shlex.join(args)}"
         )
         bundle = build_bundle()
         # A session of its own: a Ctrl-C at the terminal reaches the observer, which

@@ -90,7 +90,7 @@ class LocalHandle(ParticipantHandle):
 
 
 class LocalLauncher(Launcher):
-    """Starts ``python -m experiment_design.runtime.participant`` as a child process."""
+    """Starts ``python -m experiment_design.participant`` as a child process."""
 
     def __init__(self, python: str | None = None, ready_timeout: float = 60.0) -> None:
         self.python = python or sys.executable
@@ -102,7 +102,7 @@ class LocalLauncher(Launcher):
 
         workdir = tempfile.mkdtemp(prefix=f"tracr-{spec.instance}-")
         stderr_path = os.path.join(workdir, "stderr.log")
-        cmd = [self.python, "-m", "experiment_design.runtime.participant", "--role", spec.role,
+        cmd = [self.python, "-m", "experiment_design.participant", "--role", spec.role,
                "--instance", spec.instance, "--host", "127.0.0.1", "--port", "0",
                "--workdir", workdir, "--cleanup-workdir",
                "--threads", str(spec.threads or 1)]
