@@ -69,7 +69,7 @@ class EdgeRole(ParticipantService):
         return PartitionerPlan(sweep_length=self.partitioner.sweep_length(),
                                decision=self.partitioner.decision())
 
-    def probe_link(self, size: int = 1 << 20, repeats: int = 5) -> dict:  # type: ignore[override]
+    def probe_link(self, size: int = 1 << 20, repeats: int = 5) -> dict:
         """``DataChannel.probe()`` when the transport has it, else an echo round trip."""
         import statistics
 
