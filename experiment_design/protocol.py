@@ -5,17 +5,50 @@ else. A participant process announces itself with one line on stdout::
 
     TRACR-READY {"port": 40123, "pid": 4242}
 
-and is then driven over rpyc (only ``exposed_`` members, no pickle).
+and is then driven over rpyc (only ``exposed_`` members, no pickle). Every
+control call takes at most one argument and answers one JSON document::
+
+    call                   argument (JSON)   reply (JSON)
+    hello()                -                 Environment
+    setup(c)               SetupConfig       SetupInfo
+    data_address()         -                 DataAddress or null
+    connect_partners(w)    Wiring            {...} (the role's own report)
+    profile_layers(p)      ProfileParams     {...} (profiling.profile_split_model)
+    probe_link(p)          LinkProbe         {...} or null
+    warmup(w)              Warmup            WarmupDone
+    prepare_partitioner(m) Measurements      PartitionerPlan or null
+    start_task(t)          TaskStart         TaskStarted
+    poll(p)                PollRequest       PollReply
+    finish() / cancel() / heartbeat()        "ok"
+    shutdown()                               "bye"
+
+JSON strings stay the wire format because rpyc passes lists and dicts by
+reference (every access a round trip) and pickle is off. The inference and
+layer records that ``poll`` carries have their columns defined here once
+(:data:`INFER_COLUMNS`, :data:`LAYER_COLUMNS`); the results store writes them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypedDict, TypeVar
+
+from experiment_design.errors import TracrError
 
 #: ``python -m <PARTICIPANT_MODULE> --role NAME ...`` starts a participant process.
-PARTICIPANT_MODULE = "experiment_design.runtime.participant"
+PARTICIPANT_MODULE = "experiment_design.participant"
 READY_PREFIX = "TRACR-READY "
+#: The reply of finish(), cancel() and heartbeat(); shutdown() answers :data:`BYE`.
+ACK = "ok"
+BYE = "bye"
+
+M = TypeVar("M", bound="Message")
+
+
+class ProtocolError(TracrError):
+    """A control message that does not decode into the type its call expects."""
 
 
 @dataclass(frozen=True)
@@ -37,3 +70,351 @@ class Ready:
             return None
         data = json.loads(line[len(READY_PREFIX):])
         return cls(port=int(data["port"]), pid=int(data["pid"]))
+
+
+class Message:
+    """Base of the control messages: dataclasses that travel as JSON objects.
+
+    ``omit_none`` leaves unset (None) fields out of the JSON, so an optional
+    field reads the same to the other side whether it was sent empty or not at
+    all. A message with an ``extra`` field is open: keys it does not name are
+    kept there (a user's role may add its own) and written back flat; a closed
+    message refuses unknown keys.
+    """
+
+    omit_none: ClassVar[bool] = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name == "extra":
+                out.update(value)
+            elif not (value is None and self.omit_none):
+                out[f.name] = value
+        return out
+
+    def to_json(self) -> str:
+        """The wire form."""
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls: type[M], data: Any) -> M:
+        """Inverse of :meth:`to_dict`; a missing field takes its default."""
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{cls.__name__}: expected a JSON object, got {data!r}")
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        known = {k: v for k, v in data.items() if k in names and k != "extra"}
+        unknown = {k: v for k, v in data.items() if k not in names or k == "extra"}
+        if unknown:
+            if "extra" not in names:
+                raise ProtocolError(f"{cls.__name__}: unexpected field(s) {sorted(unknown)}")
+            known["extra"] = unknown
+        try:
+            return cls(**known)
+        except TypeError as exc:  # a required field is missing
+            raise ProtocolError(f"{cls.__name__}: {exc}") from None
+
+    @classmethod
+    def from_json(cls: type[M], text: str | None) -> M:
+        """Decode the wire form (an empty string or ``null`` gives the defaults)."""
+        try:
+            data = json.loads(text) if text else None
+        except ValueError as exc:
+            raise ProtocolError(f"{cls.__name__}: not JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+# ----- records carried by poll() ------------------------------------------------------------
+class InferenceRecord(TypedDict, total=False):
+    """One inference, one row of ``inferences.csv``; the columns, in file order.
+
+    A failed inference keeps only what was known before it failed (no zeros):
+    its ``error`` says why, and the timing columns are absent.
+    """
+
+    inference: int
+    item: str
+    label: Any
+    split: int
+    layer: str
+    edge_ms: float
+    encode_ms: float
+    transfer_ms: float
+    decode_ms: float
+    cloud_ms: float
+    e2e_ms: float
+    edge_cpu_ms: float
+    cloud_cpu_ms: float | None
+    bytes_raw: int
+    bytes_encoded: int
+    n_crossing: int
+    top1: int | str
+    output_sum: float
+    weights: str
+    instance: str  # set by the observer
+    partner: str
+    host: str  # set by the observer
+    error: str
+
+
+class LayerRecord(TypedDict, total=False):
+    """One layer of one inference on one side, one row of ``layers.csv``."""
+
+    inference: int
+    instance: str  # set by the observer
+    side: str
+    index: int
+    name: str
+    type: str
+    ms: float
+
+
+INFER_COLUMNS: list[str] = list(InferenceRecord.__annotations__)
+LAYER_COLUMNS: list[str] = list(LayerRecord.__annotations__)
+
+
+# ----- hello / setup ------------------------------------------------------------------------
+@dataclass
+class Environment(Message):
+    """hello(): what a participant reports about itself (see ``runtime/environment.py``)."""
+
+    python: str = ""
+    python_impl: str = ""
+    torch: str = ""
+    tracr: str = ""
+    git_commit: str | None = None
+    hostname: str = ""
+    platform: str = ""
+    device: str = ""
+    accelerator: str | None = None
+    cpu_model: str = ""
+    cores: int | None = None
+    threads: int | None = None
+    allocator: dict = field(default_factory=dict)
+    pid: int | None = None
+    role: str = ""
+    instance: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class SetupConfig(Message):
+    """setup(): the model, dataset, transport, partitioner and secrets of one participant."""
+
+    omit_none: ClassVar[bool] = True
+
+    instance: str | None = None
+    model: dict = field(default_factory=dict)
+    seed: int = 0
+    dataset: dict | None = None
+    transport: dict | None = None
+    partitioner: dict | None = None
+    run: dict | None = None
+    data_secret: str = ""
+    threads: int | None = None
+    data_bind: str | None = None
+    data_port: int | None = None
+    settings: dict | None = None
+    device: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class SetupInfo(Message):
+    """setup()'s reply: the facts of the model as this participant built it."""
+
+    omit_none: ClassVar[bool] = True
+
+    mode: str | None = None
+    n_layers: int = 0
+    valid_splits: list[int] = field(default_factory=list)
+    points: list[dict] = field(default_factory=list)
+    profile: list[dict] = field(default_factory=list)
+    inputs: int = 0
+    threads: int | None = None
+    device: str | None = None
+    prepared: dict | None = None
+    data_address: list | None = None  # roles with a data server (cloud)
+    partitioner_needs: list[str] | None = None  # roles that own a partitioner (edge)
+    extra: dict = field(default_factory=dict)
+
+
+# ----- wiring ----------------------------------------------------------------------------
+@dataclass
+class DataAddress(Message):
+    """data_address()'s reply: where partners reach this participant's data server."""
+
+    host: str
+    port: int
+
+
+@dataclass
+class PartnerAddress(Message):
+    """One partner a participant connects to."""
+
+    instance: str
+    host: str
+    port: int
+
+
+@dataclass
+class Wiring(Message):
+    """connect_partners(): partners by slot, written flat as ``{slot: [address, ...]}``."""
+
+    partners: dict[str, list[PartnerAddress]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{slot: [{"instance", "host", "port"}, ...]}``."""
+        return {slot: [p.to_dict() for p in peers] for slot, peers in self.partners.items()}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Wiring:
+        """Inverse of :meth:`to_dict`."""
+        if not isinstance(data, dict):
+            raise ProtocolError(f"Wiring: expected a JSON object, got {data!r}")
+        return cls({slot: [PartnerAddress.from_dict(p) for p in peers]
+                    for slot, peers in data.items()})
+
+
+# ----- measurements and the partitioner -----------------------------------------------------
+@dataclass
+class ProfileParams(Message):
+    """profile_layers(): how many passes to time (see ``roles/profiling.py``).
+
+    ``full_repeats`` and ``cold_repeats`` default to ``repeats``; ``cold_gap_ms`` to two
+    CFS periods of the participant's own quota.
+    """
+
+    omit_none: ClassVar[bool] = True
+
+    repeats: int = 5
+    warmup: int = 1
+    full_repeats: int | None = None
+    cold_repeats: int | None = None
+    cold_gap_ms: float | None = None
+
+
+@dataclass
+class LinkProbe(Message):
+    """probe_link(): payload size (bytes) and round trips; unset means the role's default."""
+
+    omit_none: ClassVar[bool] = True
+
+    size: int | None = None
+    repeats: int | None = None
+
+
+@dataclass
+class Warmup(Message):
+    """warmup(): unrecorded round trips per end split (a bare number also decodes)."""
+
+    rounds: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Warmup:
+        """A JSON object ``{"rounds": n}`` or the number n itself."""
+        if isinstance(data, (int, float)) and not isinstance(data, bool):
+            return cls(rounds=int(data))
+        return super().from_dict(data)
+
+
+@dataclass
+class WarmupDone(Message):
+    """warmup()'s reply."""
+
+    seconds: float
+
+
+@dataclass
+class Measurements(Message):
+    """prepare_partitioner(): what the observer measured for the partitioner's ``needs``."""
+
+    omit_none: ClassVar[bool] = True
+
+    edge_profile: dict | None = None
+    cloud_profile: dict | None = None
+    network: dict | None = None
+    measured: dict | None = None
+
+
+@dataclass
+class PartitionerPlan(Message):
+    """prepare_partitioner()'s reply: the sweep's length and the partitioner's decision."""
+
+    sweep_length: int | None = None
+    decision: dict | None = None
+
+
+def partition_context(info: SetupInfo, measured: Measurements) -> dict[str, Any]:
+    """The fields of a ``PartitionContext``: the model facts a participant reported at
+    set-up plus what the observer measured. The edge builds its partitioner's context
+    from this, and the observer the context it scores other partitioners against."""
+    return {"layers": info.profile, "points": info.points, "valid_splits": info.valid_splits,
+            **measured.to_dict()}
+
+
+# ----- tasks and polling --------------------------------------------------------------------
+@dataclass
+class TaskStart(Message):
+    """start_task(): a registered task by name, with its parameters."""
+
+    task: str
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.params = self.params or {}
+
+
+@dataclass
+class TaskStarted(Message):
+    """start_task()'s reply."""
+
+    started: str
+
+
+@dataclass
+class PollRequest(Message):
+    """poll(): block up to ``wait_s`` seconds unless the task's state changes."""
+
+    wait_s: float = 0.0
+
+
+@dataclass
+class PollReply(Message):
+    """poll()'s reply: the task's state, and the records and logs since the last poll."""
+
+    state: str = "idle"
+    task: str | None = None
+    done: int = 0
+    total: int | None = None
+    split: int | None = None
+    records: list[InferenceRecord] = field(default_factory=list)
+    layers: list[LayerRecord] = field(default_factory=list)
+    error: str | None = None
+    logs: list[dict] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        """The task ended, well or not."""
+        return self.state in ("done", "failed")
+
+
+def encode_reply(value: Any) -> str:
+    """A reply as its JSON document (a message, a plain value or None)."""
+    if isinstance(value, Message):
+        return value.to_json()
+    return json.dumps(value)
+
+
+def decode_reply(text: Any) -> Any:
+    """The plain value of a JSON reply."""
+    if not isinstance(text, str):
+        raise ProtocolError(f"expected a JSON reply, got {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ProtocolError(f"reply is not JSON: {exc}: {text[:80]!r}") from None

@@ -11,13 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.protocol import INFER_COLUMNS, LAYER_COLUMNS
 
-INFER_COLUMNS = [
-    "inference", "item", "label", "split", "layer", "edge_ms", "encode_ms", "transfer_ms",
-    "decode_ms", "cloud_ms", "e2e_ms", "edge_cpu_ms", "cloud_cpu_ms", "bytes_raw",
-    "bytes_encoded", "n_crossing", "top1", "output_sum", "weights", "instance", "partner", "host", "error",
-]
-LAYER_COLUMNS = ["inference", "instance", "side", "index", "name", "type", "ms"]
+__all__ = ["INFER_COLUMNS", "LAYER_COLUMNS", "RunWriter", "find_run", "list_runs",
+           "load_summary", "new_run_id", "read_csv", "results_root"]
 
 
 def results_root() -> Path:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.protocol import SetupInfo
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +45,15 @@ def check_environments(envs: dict[str, dict]) -> list[str]:
     return warnings
 
 
-def check_plans(infos: dict[str, dict], pairs: list[tuple[str, str]]) -> None:
-    """Every pair of partners must number the same layers the same way."""
+def check_plans(infos: Mapping[str, SetupInfo | Mapping[str, Any]],
+                pairs: list[tuple[str, str]]) -> None:
+    """Every pair of partners must number the same layers the same way.
+
+    ``infos``: each participant's set-up reply (a :class:`SetupInfo` or its JSON form).
+    """
     for a, b in pairs:
-        la = [(r.get("name"), r.get("type")) for r in infos[a].get("profile", [])]
-        lb = [(r.get("name"), r.get("type")) for r in infos[b].get("profile", [])]
+        la = [(r.get("name"), r.get("type")) for r in _setup_info(infos[a]).profile]
+        lb = [(r.get("name"), r.get("type")) for r in _setup_info(infos[b]).profile]
         if la != lb:
             first = next((i for i, (x, y) in enumerate(zip(la, lb, strict=False)) if x != y), min(len(la), len(lb)))
             raise TracrError(
@@ -54,3 +61,7 @@ def check_plans(infos: dict[str, dict], pairs: list[tuple[str, str]]) -> None:
                 f"first difference at layer {first + 1}).",
                 hint="use the same model, depth and mode (and torch/torchvision versions) on both",
             )
+
+
+def _setup_info(info: SetupInfo | Mapping[str, Any]) -> SetupInfo:
+    return info if isinstance(info, SetupInfo) else SetupInfo.from_dict(dict(info))

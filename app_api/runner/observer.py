@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import logging
 import os
 import signal
@@ -15,21 +15,28 @@ from pathlib import Path
 from typing import Any
 
 from app_api.launch import ParticipantHandle, ParticipantSpec, launcher_for
+from app_api.runner.client import ParticipantClient, ParticipantLost
 from app_api.runner.progress import ProgressView
 from experiment_design.errors import TracrError
+from experiment_design.protocol import (
+    LinkProbe,
+    Measurements,
+    PartnerAddress,
+    PollReply,
+    ProfileParams,
+    SetupConfig,
+    SetupInfo,
+    TaskStart,
+    Wiring,
+    partition_context,
+)
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
 HEARTBEAT_S = 5.0
 # start-up profile: per-layer medians of timed passes + the median of untimed full passes
 # (the calibration partitioners scale the layer times to; see partitioners/predicted.py)
-PROFILE_PARAMS = {"repeats": 7, "full_repeats": 9}
-
-
-class ParticipantLost(TracrError):
-    """A participant died or its control connection broke during a run."""
-
-    exit_code = 1
+PROFILE_PARAMS = ProfileParams(repeats=7, full_repeats=9)
 
 
 class Interrupted(BaseException):
@@ -51,15 +58,6 @@ class RunResult:
         return 0 if self.ok else 1
 
 
-def remote_message(exc: BaseException) -> str:
-    """The first line of a remote (rpyc) exception, without the remote traceback."""
-    text = str(exc).strip()
-    for marker in ("\n\n========= Remote Traceback", "\n========= Remote Traceback"):
-        text = text.split(marker)[0]
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else type(exc).__name__
-
-
 class Observer:
     """Runs one manifest. Use :func:`run_experiment`."""
 
@@ -76,7 +74,7 @@ class Observer:
         self._owning = threading.Lock()
         self.roles: dict[str, str] = {}
         self.envs: dict[str, dict] = {}
-        self.infos: dict[str, dict] = {}
+        self.infos: dict[str, SetupInfo] = {}
         self.errors: list[str] = []
         self.times: dict[str, float] = {}
         self.extra: dict[str, Any] = {}
@@ -86,28 +84,16 @@ class Observer:
             # the lab link, as configured and as measured when it was (re)shaped
             self.extra["network"] = {"lab": lab_link}
         self.pairs: list[tuple[str, str]] = []
-        self.partitioners: dict[str, dict] = {}
+        self.partitioners: dict[str, dict | None] = {}
         self._reported_dead: set[str] = set()
         self.phase = "init"
         self.eval_ctx: dict | None = None
         self.stop_requested = False
 
     # ----- calls ------------------------------------------------------------------------------
-    def call(self, inst: str, method: str, *args: Any) -> Any:
-        """Call ``exposed_<method>`` on a participant; JSON results are decoded."""
-        h = self.handles[inst]
-        try:
-            out = getattr(h.conn.root, method)(*args)
-        except Exception as exc:
-            if not h.alive():
-                tail = h.stderr_tail(8)
-                raise ParticipantLost(
-                    f"participant {inst} on {h.host_label} died during {method}()",
-                    hint=tail or None,
-                ) from None
-            raise TracrError(f"{inst} on {h.host_label}: {method}() failed: "
-                             f"{remote_message(exc)}") from None
-        return json.loads(out) if isinstance(out, str) and out[:1] in "{[n\"0123456789" else out
+    def client(self, inst: str) -> ParticipantClient:
+        """The typed control client of participant ``inst`` (errors name it and its host)."""
+        return ParticipantClient(inst, self.handles[inst])
 
     def parallel(self, fn, items: list) -> list:
         """fn over items on threads (one per participant); first error re-raised."""
@@ -158,25 +144,25 @@ class Observer:
         from app_api.runner.compat import check_environments
 
         for s in specs:
-            env = self.call(s.instance, "hello")
+            env = self.client(s.instance).hello().to_dict()
             env.update(device_name=s.device, host_label=self.handles[s.instance].host_label)
             self.envs[s.instance] = env
         self.extra["warnings"] = check_environments(self.envs)
         data_secret = os.urandom(32).hex()
 
         def setup(spec: ParticipantSpec) -> None:
-            self.infos[spec.instance] = self.call(
-                spec.instance, "setup", json.dumps(self.participant_config(spec, data_secret)))
+            self.infos[spec.instance] = self.client(spec.instance).setup(
+                self.participant_config(spec, data_secret))
 
         t0 = time.perf_counter()
         self.parallel(setup, specs)
         self.times["setup_s"] = time.perf_counter() - t0
         for inst, info in self.infos.items():  # which cuts each side built before measuring
-            self.envs[inst]["prepared"] = info.get("prepared")
+            self.envs[inst]["prepared"] = info.prepared
         self.wire()
 
-    def participant_config(self, spec: ParticipantSpec, data_secret: str) -> dict:
-        """The plain-JSON set-up of one participant."""
+    def participant_config(self, spec: ParticipantSpec, data_secret: str) -> SetupConfig:
+        """The set-up of one participant."""
         m = self.m
         inst = next(i for i in m.participant_instances if i["name"] == spec.instance)
         ptype = m.participant_types[inst["type"]]
@@ -187,19 +173,19 @@ class Observer:
             model["name"] = override
         elif isinstance(override, dict):
             model.update(override)
-        return {
-            "instance": spec.instance,
-            "model": model,
-            "seed": int((m.run or {}).get("seed", 0) or 0),
-            "dataset": m.dataset,
-            "transport": m.transport,
-            "partitioner": m.partitioner,
-            "run": dict(m.run or {}),
-            "data_secret": data_secret,
-            "threads": spec.threads,
-            "data_bind": settings.get("data_bind") or self._default_bind(spec),
-            "settings": settings,
-        }
+        return SetupConfig(
+            instance=spec.instance,
+            model=model,
+            seed=int((m.run or {}).get("seed", 0) or 0),
+            dataset=m.dataset,
+            transport=m.transport,
+            partitioner=m.partitioner,
+            run=dict(m.run or {}),
+            data_secret=data_secret,
+            threads=spec.threads,
+            data_bind=settings.get("data_bind") or self._default_bind(spec),
+            settings=settings,
+        )
 
     def _default_bind(self, spec: ParticipantSpec) -> str:
         """Loopback on localhost; on a device, the address its partners use (if an IP)."""
@@ -220,7 +206,7 @@ class Observer:
 
         for inst, role in self.roles.items():
             cls = get_role(role)
-            wiring: dict[str, list[dict]] = {}
+            wiring = Wiring()
             for slot, want in cls.partners.items():
                 peers = [p for p, r in self.roles.items() if p != inst and role_is(get_role(r), want)]
                 if not peers:
@@ -229,71 +215,71 @@ class Observer:
                         "manifest has none.",
                         hint=f"add a participant instance whose role is {want} (or a subclass)",
                     )
-                wiring[slot] = []
+                wiring.partners[slot] = []
                 for p in peers:
-                    addr = self.call(p, "data_address")
-                    if not addr:
+                    addr = self.client(p).data_address()
+                    if addr is None:
                         raise TracrError(f"{p} (role {self.roles[p]}) has no data server")
-                    host = addr["host"]
+                    host = addr.host
                     far = self.handles[p].device != self.handles[inst].device
                     if host in ("0.0.0.0", "::") or (far and host in ("127.0.0.1", "::1")):
                         host = self.handles[p].data_host or "127.0.0.1"
-                    wiring[slot].append({"instance": p, "host": host, "port": addr["port"]})
+                    wiring.partners[slot].append(PartnerAddress(instance=p, host=host,
+                                                                port=addr.port))
                     self.pairs.append((inst, p))
-            if wiring:
+            if wiring.partners:
                 from app_api.runner.compat import check_plans
 
                 check_plans(self.infos, self.pairs)
-                self.call(inst, "connect_partners", json.dumps(wiring))
+                self.client(inst).connect_partners(wiring)
 
     def warmup(self) -> None:
         """Unrecorded warm-up passes, then the partitioner's measurements and set-up."""
         n = int((self.m.run or {}).get("warmup", 2) or 0)
         self.view.phase(f"warm-up ({n} round trips per end split, not recorded)")
         for inst in self.handles:
-            self.call(inst, "warmup", n)
+            self.client(inst).warmup(n)
         evaluate = list(((self.m.evaluate or {}).get("partitioners")) or [])
         for inst, info in self.infos.items():
-            if "partitioner_needs" not in info:
+            if info.partitioner_needs is None:
                 continue
-            needs = set(info["partitioner_needs"])
+            needs = set(info.partitioner_needs)
             if evaluate and self.eval_ctx is None:
                 # scoring other partitioners afterwards needs the same start-up measurements
                 needs |= {"edge_profile", "cloud_profile", "network"}
-            ctx: dict[str, Any] = {}
+            ctx = Measurements()
             partners = [b for a, b in self.pairs if a == inst]
             if "edge_profile" in needs:
                 from experiment_design.roles.profiling import cold_gap_for
 
                 lab_quota = _lab_quota(self.handles[inst].device)
-                params = dict(PROFILE_PARAMS)
+                params = PROFILE_PARAMS
                 if lab_quota:  # the edge cannot see the lab's period: size its cold-pass gaps here
-                    params["cold_gap_ms"] = cold_gap_for(lab_quota["period_ms"])
-                ctx["edge_profile"] = _with_quota(
-                    self.call(inst, "profile_layers", json.dumps(params)), lab_quota)
+                    params = dataclasses.replace(
+                        params, cold_gap_ms=cold_gap_for(lab_quota["period_ms"]))
+                ctx.edge_profile = _with_quota(self.client(inst).profile_layers(params), lab_quota)
             if "cloud_profile" in needs and partners:
-                ctx["cloud_profile"] = self.call(partners[0], "profile_layers",
-                                                 json.dumps(PROFILE_PARAMS))
+                ctx.cloud_profile = self.client(partners[0]).profile_layers(PROFILE_PARAMS)
             if partners:
                 # always measured (cheap, raw payloads): the link figure belongs in every summary
-                net = self.call(inst, "probe_link", "{}")
+                net = self.client(inst).probe_link(LinkProbe())
                 self.extra.setdefault("network", {})[inst] = {
                     k: v for k, v in (net or {}).items() if k != "samples"}
                 if "network" in needs:
-                    ctx["network"] = net
+                    ctx.network = net
             if "measured" in needs:
-                ctx["measured"] = (self.m.partitioner.get("params") or {}).get("measured")
-            self.partitioners[inst] = self.call(inst, "prepare_partitioner", json.dumps(ctx))
+                ctx.measured = (self.m.partitioner.get("params") or {}).get("measured")
+            plan = self.client(inst).prepare_partitioner(ctx)
+            self.partitioners[inst] = None if plan is None else plan.to_dict()
             if evaluate and self.eval_ctx is None:
-                self.eval_ctx = {"layers": info.get("profile", []), "points": info.get("points", []),
-                                 "valid_splits": info.get("valid_splits", []), **ctx}
+                self.eval_ctx = partition_context(info, ctx)
         self.extra["partitioner"] = self.partitioners
 
     def play(self) -> None:
         """Run each instance's playbook; stream records; stop early on a lost participant."""
         queues = {inst: list(self.m.playbook.get(inst, [])) for inst in self.handles}
         current: dict[str, str] = {}
-        totals = {i: p.get("sweep_length") for i, p in self.partitioners.items()}
+        totals = {i: (p or {}).get("sweep_length") for i, p in self.partitioners.items()}
         done_counts: dict[str, int] = {}
         finished = {inst: (0, 0) for inst in queues}  # (done, total) of completed tasks
         split_now: dict[str, Any] = {}
@@ -305,8 +291,8 @@ class Observer:
             if queues[inst]:
                 task = queues[inst].pop(0)
                 current[inst] = task["task"]
-                self.call(inst, "start_task", json.dumps(
-                    {"task": task["task"], "params": task.get("params") or {}}))
+                self.client(inst).start_task(
+                    TaskStart(task=task["task"], params=task.get("params") or {}))
             else:
                 current.pop(inst, None)
 
@@ -322,7 +308,7 @@ class Observer:
                 h = self.handles[inst]
                 wait_s = POLL_S / max(1, len(busy)) if inst in busy else 0.0
                 try:
-                    st = self.call(inst, "poll", json.dumps({"wait_s": wait_s}))
+                    st = self.client(inst).poll(wait_s)
                 except TracrError as exc:
                     self.errors.append(str(exc) + (f"\n{exc.hint}" if exc.hint else ""))
                     current.pop(inst, None)
@@ -330,20 +316,20 @@ class Observer:
                     continue
                 self.ingest(inst, h, st)
                 if current.get(inst) != "wait":
-                    totals[inst] = finished[inst][1] + (st.get("total") or 0) \
-                        if st.get("total") is not None else totals.get(inst)
-                    done_counts[inst] = finished[inst][0] + (st.get("done") or 0)
-                if st.get("split") is not None:
-                    split_now[inst] = st["split"]
-                if st["state"] in ("done", "failed"):
+                    totals[inst] = finished[inst][1] + (st.total or 0) \
+                        if st.total is not None else totals.get(inst)
+                    done_counts[inst] = finished[inst][0] + (st.done or 0)
+                if st.split is not None:
+                    split_now[inst] = st.split
+                if st.finished:
                     finished[inst] = (done_counts.get(inst, 0), totals.get(inst) or 0)
-                if st["state"] == "failed":
-                    self.errors.append(f"{inst}: task {st.get('task')} failed: {st.get('error')}")
+                if st.state == "failed":
+                    self.errors.append(f"{inst}: task {st.task} failed: {st.error}")
                     current.pop(inst, None)
                     aborting = True
-                elif st["state"] == "done" and not aborting:
+                elif st.state == "done" and not aborting:
                     start_next(inst)
-                elif st["state"] == "done":
+                elif st.state == "done":
                     current.pop(inst, None)
             total = sum(t for t in totals.values() if t) or planned
             self.view.update(sum(done_counts.values()), total,
@@ -359,7 +345,7 @@ class Observer:
             if waiting and (aborting or len(waiting) == len(current)):
                 for inst in waiting:
                     try:
-                        self.call(inst, "finish")
+                        self.client(inst).finish()
                     except TracrError as exc:
                         self.errors.append(str(exc))
                         current.pop(inst, None)
@@ -367,7 +353,7 @@ class Observer:
                 cancelled = True
                 for inst in [i for i, t in current.items() if t != "wait"]:
                     try:
-                        self.call(inst, "cancel")
+                        self.client(inst).cancel()
                     except TracrError:
                         current.pop(inst, None)
             if time.monotonic() - last_beat > HEARTBEAT_S:
@@ -375,28 +361,28 @@ class Observer:
                 for inst in self.handles:
                     if inst not in current and self.handles[inst].alive():
                         try:
-                            self.call(inst, "heartbeat")
+                            self.client(inst).heartbeat()
                         except TracrError:
                             pass
         self.view.stop()
 
-    def ingest(self, inst: str, h: ParticipantHandle, st: dict) -> None:
+    def ingest(self, inst: str, h: ParticipantHandle, st: PollReply) -> None:
         """Stream a poll's records and logs into the run directory and the view."""
-        for r in st.get("records", []):
+        for r in st.records:
             r["instance"], r["host"] = inst, h.host_label
-        for r in st.get("layers", []):
+        for r in st.layers:
             r["instance"] = inst
-        self.writer.add_inferences(st.get("records", []))
-        self.writer.add_layers(st.get("layers", []))
-        for rec in st.get("logs", []):
+        self.writer.add_inferences(st.records)
+        self.writer.add_layers(st.layers)
+        for rec in st.logs:
             self.view.log(inst, h.host_label, rec)
 
     def teardown(self) -> None:
         """Shut every participant down and make sure nothing is left running."""
-        for _inst, h in list(self.handles.items()):
+        for inst, h in list(self.handles.items()):
             if h.alive() and h.conn is not None:
                 try:
-                    h.conn.root.shutdown()
+                    self.client(inst).shutdown()
                 except Exception:  # already gone: stop() below cleans up
                     pass
 
@@ -496,7 +482,7 @@ class Observer:
             teardown_s=self.times.get("teardown_s"),
             model=model.get("name"),
             weights=weights,
-            mode=next((i.get("mode") for i in self.infos.values() if i), None),
+            mode=next((i.mode for i in self.infos.values() if i), None),
             threads={i: e.get("threads") for i, e in self.envs.items()},
             layer_rows=w.n_layers,
             errors=self.errors,

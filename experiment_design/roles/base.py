@@ -1,14 +1,17 @@
 """The participant service base class every role subclasses.
 
-A role is an rpyc service: only ``exposed_`` members are reachable, every
-argument and result is a JSON string (rpyc would pass lists and dicts by
-reference). The observer drives it: hello, setup, connect_partners, warmup,
-start_task / poll, shutdown.
+A role is an rpyc service: only ``exposed_`` members are reachable, and each
+is decorated with :func:`~experiment_design.runtime.control.control`, which
+decodes its JSON argument into a message of :mod:`experiment_design.protocol`
+and encodes its reply as JSON (rpyc would pass lists and dicts by reference).
+The observer drives it: hello, setup, connect_partners, warmup,
+start_task / poll, shutdown. Roles extend it through plain hooks
+(``on_setup``, ``on_connect_partners``, ``data_address``, ``probe_link``,
+``warmup``, ``prepare_partitioner``), never by overriding an exposed method.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,6 +22,28 @@ from typing import Any, ClassVar
 import rpyc
 
 from experiment_design.errors import TracrError
+from experiment_design.protocol import (
+    ACK,
+    BYE,
+    DataAddress,
+    Environment,
+    InferenceRecord,
+    LayerRecord,
+    LinkProbe,
+    Measurements,
+    PartitionerPlan,
+    PollReply,
+    PollRequest,
+    ProfileParams,
+    SetupConfig,
+    SetupInfo,
+    TaskStart,
+    TaskStarted,
+    Warmup,
+    WarmupDone,
+    Wiring,
+)
+from experiment_design.runtime.control import control
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +57,7 @@ class ParticipantService(rpyc.Service):
     Example::
 
         from experiment_design.roles import ParticipantService, register_role
+        from experiment_design.runtime.control import control
 
         @register_role("echo")
         class EchoRole(ParticipantService):
@@ -39,9 +65,13 @@ class ParticipantService(rpyc.Service):
 
             partners = {}
 
-            def exposed_ping(self) -> str:
-                self.touch()
-                return json.dumps({"layers": len(self.split_model.layers)})
+            @control()
+            def exposed_ping(self) -> dict:
+                return {"layers": len(self.split_model.layers)}
+
+    ``@control`` beats the heartbeat, decodes the argument (``@control(SomeMessage)``),
+    encodes the reply as JSON and turns any failure into one ``TracrError`` naming
+    this participant.
     """
 
     role_name: ClassVar[str] = ""
@@ -75,8 +105,9 @@ class ParticipantService(rpyc.Service):
         self.stop_event = threading.Event()
         self.cancel_event = threading.Event()
         self._lock = threading.Lock()
-        self._records: list[dict] = []
-        self._layers: list[dict] = []
+        self.setup_info: SetupInfo | None = None
+        self._records: list[InferenceRecord] = []
+        self._layers: list[LayerRecord] = []
         self._task_thread: threading.Thread | None = None
         self._state = "idle"
         self._task_name: str | None = None
@@ -113,7 +144,7 @@ class ParticipantService(rpyc.Service):
         self.finish_event.set()
 
     # ----- records ----------------------------------------------------------------------------
-    def emit_record(self, row: dict, layers: list[dict] = ()) -> None:
+    def emit_record(self, row: InferenceRecord, layers: list[LayerRecord] = ()) -> None:
         """Queue one inference row (and its per-layer rows) for the next poll."""
         with self._lock:
             self._records.append(row)
@@ -226,59 +257,55 @@ class ParticipantService(rpyc.Service):
             out.append((x, label, "+".join(str(g[2]) for g in group)))
         return out
 
-    # ----- exposed API (JSON strings in and out) ---------------------------------------------
-    def exposed_hello(self) -> str:
+    # ----- exposed API (one JSON document in, one out; see experiment_design.protocol) --------
+    @control()
+    def exposed_hello(self) -> Environment:
         """Environment: versions, host, device, CPU, threads, pid, role."""
-        self.touch()
         from experiment_design.runtime.environment import describe
 
-        env = describe(self.threads)
-        env["role"] = self.role_name
-        env["instance"] = self.instance
-        return json.dumps(env)
+        return Environment.from_dict(
+            {**describe(self.threads), "role": self.role_name, "instance": self.instance})
 
-    def exposed_setup(self, config_json: str) -> str:
+    @control(SetupConfig)
+    def exposed_setup(self, config: SetupConfig) -> SetupInfo:
         """Configure the model, dataset, transport and secrets for this run."""
-        self.touch()
-        config = json.loads(config_json)
-        self.config = config
-        self.instance = config.get("instance", self.instance)
-        return json.dumps(self._guard(lambda: self.on_setup(config)))
+        self.config = config.to_dict()
+        self.instance = config.instance or self.instance
+        self.setup_info = SetupInfo.from_dict(self.on_setup(self.config))
+        return self.setup_info
 
-    def exposed_data_address(self) -> str:
-        """``{"host", "port"}`` of this participant's data server, or null."""
-        self.touch()
-        return json.dumps(None)
+    @control()
+    def exposed_data_address(self) -> DataAddress | None:
+        """Where partners reach this participant's data server, or null."""
+        return self.data_address()
 
-    def exposed_connect_partners(self, partners_json: str) -> str:
+    def data_address(self) -> DataAddress | None:
+        """Role hook: this participant's data server, if it has one."""
+        return None
+
+    @control(Wiring)
+    def exposed_connect_partners(self, wiring: Wiring) -> dict:
         """Connect to partners: ``{slot: [{"instance", "host", "port"}, ...]}``."""
-        self.touch()
-        partners = json.loads(partners_json)
-        return json.dumps(self._guard(lambda: self.on_connect_partners(partners)))
+        return self.on_connect_partners(wiring.to_dict())
 
     def on_connect_partners(self, partners: dict) -> dict:
         """Role hook: open data channels to partners."""
         return {}
 
-    def exposed_profile_layers(self, params_json: str = "{}") -> str:
+    @control(ProfileParams)
+    def exposed_profile_layers(self, params: ProfileParams) -> dict:
         """This participant's start-up profile (see :func:`profiling.profile_split_model`):
         per-layer medians and minimums of timed full passes, plus the wall and CPU time of
         untimed full passes and the CPU quota this process runs under."""
-        self.touch()
-        params = json.loads(params_json or "{}")
+        from experiment_design.roles.profiling import profile_split_model
 
-        def run() -> dict:
-            from experiment_design.roles.profiling import profile_split_model
-
-            x = self.inputs[0][0] if self.inputs else self._example_input().to(self.device)
-            repeats = int(params.get("repeats", 5))
-            return profile_split_model(
-                self.split_model, x, repeats=repeats, warmup=int(params.get("warmup", 1)),
-                full_repeats=int(params.get("full_repeats", repeats)),
-                cold_repeats=int(params.get("cold_repeats", repeats)),
-                cold_gap_ms=params.get("cold_gap_ms"), device=str(self.device))
-
-        return json.dumps(self._guard(run))
+        x = self.inputs[0][0] if self.inputs else self._example_input().to(self.device)
+        repeats = int(params.repeats)
+        return profile_split_model(
+            self.split_model, x, repeats=repeats, warmup=int(params.warmup),
+            full_repeats=int(params.full_repeats if params.full_repeats is not None else repeats),
+            cold_repeats=int(params.cold_repeats if params.cold_repeats is not None else repeats),
+            cold_gap_ms=params.cold_gap_ms, device=str(self.device))
 
     def _example_input(self) -> Any:
         from experiment_design.models import example_input
@@ -287,44 +314,51 @@ class ParticipantService(rpyc.Service):
         return example_input(model["name"], batch=int(model.get("batch") or 1),
                              seed=int(self.config.get("seed", 0)))
 
-    def exposed_probe_link(self, params_json: str = "{}") -> str:
-        """Measure the link to the downstream partner (edge roles)."""
-        self.touch()
-        return json.dumps(None)
+    @control(LinkProbe)
+    def exposed_probe_link(self, params: LinkProbe) -> dict | None:
+        """Measure the link to the downstream partner (edge roles; null elsewhere)."""
+        return self.probe_link(**params.to_dict())
 
-    def exposed_warmup(self, n: int) -> str:
+    def probe_link(self, **params: Any) -> dict | None:
+        """Role hook: bandwidth and RTT to the downstream partner."""
+        return None
+
+    @control(Warmup)
+    def exposed_warmup(self, req: Warmup) -> WarmupDone:
         """Unrecorded warm-up work; returns ``{"seconds"}``."""
-        self.touch()
         t0 = time.perf_counter()
-        self._guard(lambda: self.warmup(int(n)))
-        return json.dumps({"seconds": time.perf_counter() - t0})
+        self.warmup(int(req.rounds))
+        return WarmupDone(seconds=time.perf_counter() - t0)
 
     def warmup(self, n: int) -> None:
         """Role hook: run ``n`` warm-up passes (not recorded)."""
 
-    def exposed_prepare_partitioner(self, ctx_json: str) -> str:
-        """Give the partitioner its context (edge roles)."""
-        self.touch()
-        return json.dumps(None)
+    @control(Measurements)
+    def exposed_prepare_partitioner(self, measured: Measurements) -> PartitionerPlan | None:
+        """Give the partitioner its context (edge roles; null elsewhere)."""
+        return self.prepare_partitioner(measured)
 
-    def exposed_start_task(self, task_json: str) -> str:
+    def prepare_partitioner(self, measured: Measurements) -> PartitionerPlan | None:
+        """Role hook: set up this role's partitioner from the observer's measurements."""
+        return None
+
+    @control(TaskStart)
+    def exposed_start_task(self, spec: TaskStart) -> TaskStarted:
         """Start ``{"task": name, "params": {...}}`` in a background thread."""
-        self.touch()
         from experiment_design.tasks import create_task
 
-        spec = json.loads(task_json)
         with self._lock:
             if self._task_thread is not None and self._task_thread.is_alive():
                 raise TracrError(f"{self.instance}: task '{self._task_name}' is still running")
-        task = self._guard(lambda: create_task(spec["task"], **(spec.get("params") or {})))
+        task = create_task(spec.task, **spec.params)
         with self._lock:
-            self._state, self._task_name, self._error = "running", spec["task"], None
+            self._state, self._task_name, self._error = "running", spec.task, None
             self._done, self._total = 0, None
         self._task_thread = threading.Thread(
-            target=self._run_task, args=(task,), name=f"task-{spec['task']}", daemon=True
+            target=self._run_task, args=(task,), name=f"task-{spec.task}", daemon=True
         )
         self._task_thread.start()
-        return json.dumps({"started": spec["task"]})
+        return TaskStarted(started=spec.task)
 
     def _run_task(self, task: Any) -> None:
         try:
@@ -338,80 +372,63 @@ class ParticipantService(rpyc.Service):
             self._state, self._error = state, error
             self._changed.notify_all()
 
-    def exposed_poll(self, params_json: str = "{}") -> str:
+    @control(PollRequest)
+    def exposed_poll(self, req: PollRequest) -> PollReply:
         """New records, layer rows and logs since the last poll, plus task state.
 
         ``{"wait_s": s}`` blocks up to s seconds unless the task state changes,
         so the observer learns of completion at once without busy polling.
         """
-        self.touch()
-        wait_s = float(json.loads(params_json or "{}").get("wait_s", 0))
+        wait_s = float(req.wait_s)
         with self._changed:
             if wait_s > 0 and self._state == "running":
                 self._changed.wait(wait_s)
-            out = {
-                "state": self._state,
-                "task": self._task_name,
-                "done": self._done,
-                "total": self._total,
-                "split": self._split,
-                "records": self._records,
-                "layers": self._layers,
-                "error": self._error,
-            }
+            out = PollReply(state=self._state, task=self._task_name, done=self._done,
+                            total=self._total, split=self._split, records=self._records,
+                            layers=self._layers, error=self._error)
             self._records, self._layers = [], []
-        out["logs"] = self.logs.drain() if self.logs is not None else []
-        return json.dumps(out)
+        out.logs = self.logs.drain() if self.logs is not None else []
+        return out
 
+    @control()
     def exposed_finish(self) -> str:
         """End a running ``wait`` task (the observer's "finish")."""
-        self.touch()
         self.finish_event.set()
-        return "ok"
+        return ACK
 
+    @control()
     def exposed_cancel(self) -> str:
         """Ask the running task to stop at its next step (the run is being aborted)."""
-        self.touch()
         self.cancel_event.set()
         self.finish_event.set()
-        return "ok"
+        return ACK
 
+    @control()
     def exposed_heartbeat(self) -> str:
         """Keep the watchdog quiet."""
-        self.touch()
-        return "ok"
+        return ACK
 
+    @control()
     def exposed_shutdown(self) -> str:
         """Stop this participant shortly after replying."""
-        self.touch()
         self.close()
         if self.on_exit:
             threading.Timer(0.05, self.on_exit, args=("shutdown requested",)).start()
-        return "bye"
+        return BYE
 
     def busy(self) -> bool:
         """True while a (possibly long) observer call is being served."""
         return self._inflight > 0
 
-    def _guard(self, fn: Callable[[], Any]) -> Any:
-        """Run fn; turn any exception into one readable TracrError for the observer.
-
-        A call in progress counts as activity for the idle watchdog (set-up can
-        take longer than the idle limit on a slow device).
-        """
+    def begin_call(self) -> None:
+        """An observer call starts (the idle watchdog waits while any is in progress)."""
         with self._lock:
             self._inflight += 1
-        try:
-            return fn()
-        except TracrError:
-            raise
-        except Exception as exc:
-            log.debug("%s", traceback.format_exc())
-            raise TracrError(f"{self.instance or self.role_name}: {type(exc).__name__}: {exc}") from exc
-        finally:
-            with self._lock:
-                self._inflight -= 1
-            self.touch()
+
+    def end_call(self) -> None:
+        """An observer call ended."""
+        with self._lock:
+            self._inflight -= 1
 
 
 def _plain(obj: Any) -> Any:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from typing import Any
 
+from experiment_design.protocol import DataAddress
 from experiment_design.roles.base import ParticipantService
 from experiment_design.roles.registry import register_role
 
@@ -44,13 +44,12 @@ class CloudRole(ParticipantService):
         info["data_address"] = list(self.server.address)
         return info
 
-    def exposed_data_address(self) -> str:
+    def data_address(self) -> DataAddress | None:
         """Where partners connect: ``{"host", "port"}``."""
-        self.touch()
         if self.server is None:
-            return json.dumps(None)
+            return None
         host, port = self.server.address[:2]
-        return json.dumps({"host": host, "port": port})
+        return DataAddress(host=host, port=port)
 
     def _accept_loop(self) -> None:
         while not self.stop_event.is_set():

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 from experiment_design.errors import TracrError
 from experiment_design.partitioners import PartitionContext, create_partitioner
+from experiment_design.protocol import (
+    InferenceRecord,
+    LayerRecord,
+    Measurements,
+    PartitionerPlan,
+    partition_context,
+)
 from experiment_design.roles.base import ParticipantService
 from experiment_design.roles.registry import register_role
 
 log = logging.getLogger(__name__)
-
 
 
 @register_role("edge")
@@ -57,28 +62,12 @@ class EdgeRole(ParticipantService):
             raise TracrError(f"{self.instance}: no downstream partner to send to")
         return {"channels": [name for name, _ in self.channels]}
 
-    def exposed_prepare_partitioner(self, ctx_json: str) -> str:
+    def prepare_partitioner(self, measured: Measurements) -> PartitionerPlan:
         """Set up the partitioner with the model facts plus the observer's measurements."""
-        self.touch()
-        extra = json.loads(ctx_json or "{}")
-        sm = self.split_model
-        from experiment_design.roles.base import _plain
-
-        ctx = PartitionContext.from_dict({
-            "layers": sm.profile(),
-            "points": [_plain(p) for p in sm.points],
-            "valid_splits": sm.valid_splits(),
-            **extra,
-        })
-        self._guard(lambda: self.partitioner.setup(ctx))
-        return json.dumps({"sweep_length": self.partitioner.sweep_length(),
-                           "decision": self.partitioner.decision()})
-
-    def exposed_probe_link(self, params_json: str = "{}") -> str:
-        """Bandwidth and RTT to the first downstream partner."""
-        self.touch()
-        params = json.loads(params_json or "{}")
-        return json.dumps(self._guard(lambda: self.probe_link(**params)))
+        ctx = PartitionContext.from_dict(partition_context(self.setup_info, measured))
+        self.partitioner.setup(ctx)
+        return PartitionerPlan(sweep_length=self.partitioner.sweep_length(),
+                               decision=self.partitioner.decision())
 
     def probe_link(self, size: int = 1 << 20, repeats: int = 5) -> dict:
         """``DataChannel.probe()`` when the transport has it, else an echo round trip."""
@@ -116,7 +105,8 @@ class EdgeRole(ParticipantService):
                 x, label, item = self.inputs[i % len(self.inputs)]
                 self.infer(x, label, item, k, record=False)
 
-    def infer(self, x: Any, label: Any, item: str, split: int, *, record: bool = True) -> dict:
+    def infer(self, x: Any, label: Any, item: str, split: int, *,
+              record: bool = True) -> InferenceRecord:
         """One split inference; returns (and, if record, emits) its row. Never raises for
         a compute error; a broken channel is recorded and then re-raised."""
         import torch
@@ -130,13 +120,13 @@ class EdgeRole(ParticipantService):
             self._next_id += 1
         name, ch = self.channels[self._rr % len(self.channels)]
         self._rr += 1
-        row: dict[str, Any] = {
-            "inference": iid, "item": item, "label": label if not isinstance(label, list)
-            else ";".join(map(str, label)), "split": split,
-            "layer": sm.points[split].layer, "weights": self.weights, "partner": name,
-            "error": "",
-        }
-        layer_rows: list[dict] = []
+        row = InferenceRecord(
+            inference=iid, item=item, label=label if not isinstance(label, list)
+            else ";".join(map(str, label)), split=split,
+            layer=sm.points[split].layer, weights=self.weights, partner=name,
+            error="",
+        )
+        layer_rows: list[LayerRecord] = []
         link_error: Exception | None = None
         try:
             with torch.inference_mode():
@@ -204,7 +194,7 @@ class EdgeRole(ParticipantService):
                 pass
 
 
-def _layer(iid: int, side: str, sm: Any, index: int, ms: float) -> dict:
+def _layer(iid: int, side: str, sm: Any, index: int, ms: float) -> LayerRecord:
     info = sm.layers[index - 1]
-    return {"inference": iid, "side": side, "index": index, "name": info.name,
-            "type": info.type, "ms": ms}
+    return LayerRecord(inference=iid, side=side, index=index, name=info.name, type=info.type,
+                       ms=ms)

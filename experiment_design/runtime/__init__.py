@@ -1,4 +1,6 @@
-"""The participant side at run time: process entry point, control auth, log capture, watchdog.
+"""Low-level participant support the roles use: control auth, ``@control``, log capture,
+environment report, allocator. The process entry point is ``experiment_design.participant``
+(it imports the roles, so it cannot live in a package the roles import).
 
 ``connect_control(host, port, secret)`` is the observer's way in: an rpyc
 connection that has passed the HMAC challenge first.

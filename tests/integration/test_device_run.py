@@ -26,7 +26,7 @@ from tests.integration.helpers import wait_rows
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
 
 REPO = Path(__file__).resolve().parents[2]
-PARTICIPANT = "experiment_design.runtime.participant"
+PARTICIPANT = "experiment_design.participant"
 SPLITS = [0, 8, 22]
 
 

@@ -27,7 +27,7 @@ def test_idle_timeout_exits_and_removes_workdir():
     work = tempfile.mkdtemp(prefix="tracr-test-idle-")
     secret = os.urandom(32)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "experiment_design.runtime.participant", "--role", "cloud",
+        [sys.executable, "-m", "experiment_design.participant", "--role", "cloud",
          "--workdir", work, "--cleanup-workdir", "--idle-timeout", "2"],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:

@@ -145,7 +145,7 @@ def start_cli(tmp_path: Path, *overrides: str) -> subprocess.Popen:
 
 def participants(proc: subprocess.Popen) -> list[psutil.Process]:
     kids = psutil.Process(proc.pid).children(recursive=True)
-    return [k for k in kids if "experiment_design.runtime.participant" in " ".join(k.cmdline())]
+    return [k for k in kids if "experiment_design.participant" in " ".join(k.cmdline())]
 
 
 def workdirs(ps: list[psutil.Process]) -> list[str]:

@@ -72,7 +72,7 @@ def test_bundle_ships_sources_and_pure_deps_without_bytecode():
     assert build_bundle() is data  # cached while nothing changes
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
         names = tf.getnames()
-    assert "experiment_design/runtime/participant.py" in names
+    assert "experiment_design/participant.py" in names
     assert "deps/rpyc/__init__.py" in names
     assert any(n.startswith("MyDatasets/") for n in names)
     assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]

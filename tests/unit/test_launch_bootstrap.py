@@ -32,7 +32,7 @@ def test_bootstrap_reads_exactly_the_bundle_and_leaves_the_rest_on_stdin(tmp_pat
     d = info["dir"]
     assert os.path.dirname(d) == str(tmp_path) and os.path.basename(d).startswith("tracr-")
     assert info["found"]["torch"] and info["missing"] == []
-    assert os.path.exists(os.path.join(d, "experiment_design", "runtime", "participant.py"))
+    assert os.path.exists(os.path.join(d, "experiment_design", "participant.py"))
     # the venv's python sees the shipped rpyc first and the device's own torch
     code = (
         "import importlib.util as u; print(u.find_spec('rpyc').origin, u.find_spec('torch').origin)"

@@ -36,7 +36,7 @@ def test_right_token_gets_rpc(server):
     srv, secret = server
     conn = connect_control("127.0.0.1", srv.port, secret)
     try:
-        assert conn.root.heartbeat() == "ok"
+        assert json.loads(conn.root.heartbeat()) == "ok"
         st = json.loads(conn.root.poll("{}"))
         assert st["state"] == "idle" and st["records"] == []
         with pytest.raises(AttributeError):

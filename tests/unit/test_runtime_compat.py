@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from app_api.runner.client import remote_message
 from app_api.runner.compat import check_environments, check_plans
-from app_api.runner.observer import remote_message
 from experiment_design.errors import TracrError
 
 

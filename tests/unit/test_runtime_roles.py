@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from experiment_design.models import register_model
+from experiment_design.protocol import INFER_COLUMNS, LAYER_COLUMNS
 
 MODEL = "runtime-test-tiny"
 
@@ -90,6 +91,9 @@ def test_sweep_rows_layers_and_exact_outputs(pair):
     assert len(rows) == 2 * len(valid)
     assert [r["split"] for r in rows] == [k for k in valid for _ in range(2)]
     assert all(r["error"] == "" for r in rows)
+    # the records carry only the protocol's columns (the observer adds instance and host)
+    assert all(set(r) <= set(INFER_COLUMNS) - {"instance", "host"} for r in rows)
+    assert all(set(lr) <= set(LAYER_COLUMNS) for lr in st["layers"])
     for r in rows:
         parts = r["edge_ms"] + r["encode_ms"] + r["transfer_ms"] + r["decode_ms"] + r["cloud_ms"]
         assert abs(parts - r["e2e_ms"]) < 1e-6 and r["e2e_ms"] > 0

@@ -1,8 +1,8 @@
-"""The participant process: ``python -m experiment_design.runtime.participant --role NAME``.
+"""The participant process: ``python -m experiment_design.participant --role NAME``.
 
 Reads the control secret (hex) as the first line of stdin, serves the role
 over rpyc on ``--host``/``--port`` behind the HMAC authenticator, prints one
-``TRACR-READY {"port": N, "pid": P}`` line, and exits when stdin closes, the
+``TRACR-READY {"port": N, "pid": P}`` line (``protocol.Ready``), and exits when stdin closes, the
 observer's connection closes, shutdown() is called, or no call arrives for
 ``--idle-timeout`` seconds. On exit it removes ``--workdir`` when
 ``--cleanup-workdir`` is given.
@@ -11,7 +11,6 @@ observer's connection closes, shutdown() is called, or no call arrives for
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -19,12 +18,15 @@ import sys
 import threading
 import time
 
-log = logging.getLogger("experiment_design.runtime.participant")
+from experiment_design.protocol import PARTICIPANT_MODULE, Ready
+
+# run as ``-m`` this module is __main__; its log records keep the module's own name
+log = logging.getLogger(PARTICIPANT_MODULE)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options of the participant process."""
-    p = argparse.ArgumentParser(prog="python -m experiment_design.runtime.participant")
+    p = argparse.ArgumentParser(prog=f"python -m {PARTICIPANT_MODULE}")
     p.add_argument("--role", required=True)
     p.add_argument("--instance", default="")
     p.add_argument("--host", default="127.0.0.1")
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         target=_watch_idle, args=(life, service, args.idle_timeout), daemon=True, name="idle-watch"
     ).start()
     port = server.port
-    print("TRACR-READY " + json.dumps({"port": port, "pid": os.getpid()}), flush=True)
+    print(Ready(port=port, pid=os.getpid()).line(), flush=True)
     log.info("role %s listening on %s:%s (threads=%s)", args.role, args.host, port,
              torch.get_num_threads())
     try:

@@ -1,0 +1,186 @@
+"""The control protocol: messages round-trip, every exposed call uses @control, replies are
+JSON, and the observer's client maps failures to errors that name the participant."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import textwrap
+
+import pytest
+
+from app_api.results import INFER_COLUMNS as STORE_INFER_COLUMNS
+from app_api.runner.client import ParticipantClient, ParticipantLost
+from experiment_design import protocol
+from experiment_design.errors import TracrError
+from experiment_design.protocol import (
+    INFER_COLUMNS,
+    DataAddress,
+    Environment,
+    LinkProbe,
+    Measurements,
+    Message,
+    PartitionerPlan,
+    PartnerAddress,
+    PollReply,
+    PollRequest,
+    ProfileParams,
+    ProtocolError,
+    SetupConfig,
+    SetupInfo,
+    TaskStart,
+    TaskStarted,
+    Warmup,
+    WarmupDone,
+    Wiring,
+    partition_context,
+)
+from experiment_design.roles import ParticipantService, get_role
+from experiment_design.runtime.control import control
+
+EXAMPLES: list[Message] = [
+    Environment(python="3.11.7", torch="2.4.1", tracr="0.1.0", role="edge", extra={"x": 1}),
+    SetupConfig(instance="edge-1", model={"name": "alexnet"}, seed=3, data_secret="ab"),
+    SetupInfo(mode="graph", n_layers=2, valid_splits=[0, 1, 2], partitioner_needs=["network"]),
+    DataAddress(host="127.0.0.1", port=4000),
+    Wiring({"downstream": [PartnerAddress(instance="cloud-1", host="10.0.0.2", port=4000)]}),
+    ProfileParams(repeats=7, full_repeats=9),
+    LinkProbe(),
+    Warmup(rounds=2),
+    WarmupDone(seconds=0.5),
+    Measurements(network={"bandwidth_Bps": 1e6, "rtt_ms": 1.0}),
+    PartitionerPlan(sweep_length=6, decision={"chosen": 2}),
+    TaskStart(task="infer-dataset", params={"count": 3}),
+    TaskStarted(started="infer-dataset"),
+    PollRequest(wait_s=0.25),
+    PollReply(state="done", records=[{"inference": 0, "error": ""}], logs=[{"msg": "hi"}]),
+]
+
+
+@pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_every_message_round_trips_through_json(msg):
+    text = msg.to_json()
+    assert isinstance(json.loads(text), dict)
+    assert type(msg).from_json(text) == msg
+
+
+def test_wire_forms_are_what_both_sides_always_sent():
+    wiring = Wiring({"downstream": [PartnerAddress("cloud-1", "h", 1)]})
+    assert json.loads(wiring.to_json()) == {
+        "downstream": [{"instance": "cloud-1", "host": "h", "port": 1}]}
+    assert json.loads(LinkProbe().to_json()) == {}
+    assert json.loads(Measurements().to_json()) == {}
+    assert json.loads(PartitionerPlan().to_json()) == {"sweep_length": None, "decision": None}
+    assert Warmup.from_json("3") == Warmup(rounds=3)
+    assert PollRequest.from_json("") == PollRequest()
+
+
+def test_closed_messages_refuse_unknown_fields_and_open_ones_keep_them():
+    with pytest.raises(ProtocolError, match="wait_sec"):
+        PollRequest.from_json('{"wait_sec": 1}')
+    with pytest.raises(ProtocolError, match="JSON object"):
+        TaskStart.from_json("[1]")
+    with pytest.raises(ProtocolError, match="task"):
+        TaskStart.from_json("{}")
+    info = SetupInfo.from_dict({"mode": "graph", "my_key": 1})
+    assert info.extra == {"my_key": 1} and info.to_dict()["my_key"] == 1
+
+
+def test_inference_columns_are_defined_once():
+    assert STORE_INFER_COLUMNS is INFER_COLUMNS
+    assert INFER_COLUMNS[0] == "inference" and INFER_COLUMNS[-1] == "error"
+    assert protocol.LAYER_COLUMNS == ["inference", "instance", "side", "index", "name", "type",
+                                      "ms"]
+
+
+def test_partition_context_is_model_facts_plus_measurements():
+    info = SetupInfo(valid_splits=[0, 1], points=[{"index": 0}], profile=[{"name": "a"}])
+    ctx = partition_context(info, Measurements(network={"rtt_ms": 1.0}))
+    assert ctx == {"layers": [{"name": "a"}], "points": [{"index": 0}], "valid_splits": [0, 1],
+                   "network": {"rtt_ms": 1.0}}
+
+
+def _exposed(cls: type) -> list[str]:
+    """tracr's exposed methods (rpyc.Service's own service-name queries aside)."""
+    import rpyc
+
+    return [n for n in dir(cls) if n.startswith("exposed_") and not hasattr(rpyc.Service, n)]
+
+
+@pytest.mark.parametrize("role", ["edge", "cloud"])
+def test_every_exposed_method_is_a_control_call_without_hand_written_plumbing(role):
+    cls = get_role(role)
+    for name in _exposed(cls):
+        fn = getattr(cls, name)
+        assert hasattr(fn, "request"), f"{name} is not decorated with @control"
+        body = textwrap.dedent(inspect.getsource(fn.__wrapped__))
+        calls = {ast.unparse(n.func) for n in ast.walk(ast.parse(body))
+                 if isinstance(n, ast.Call)}
+        assert not calls & {"self.touch", "json.loads", "json.dumps", "self._guard"}, name
+
+
+def test_every_reply_is_a_json_document():
+    svc = ParticipantService(instance="t")
+    for name in ("heartbeat", "finish", "cancel", "data_address", "probe_link",
+                 "prepare_partitioner", "poll"):
+        json.loads(getattr(svc, f"exposed_{name}")())
+    assert json.loads(svc.exposed_heartbeat()) == protocol.ACK
+
+
+class _Boom(ParticipantService):
+    @control(PollRequest)
+    def exposed_boom(self, req: PollRequest) -> dict:
+        raise ValueError(f"bad {req.wait_s}")
+
+
+def test_control_maps_errors_and_counts_the_call_as_work():
+    svc = _Boom(instance="edge-9")
+    with pytest.raises(TracrError, match="edge-9: ValueError: bad 2"):
+        svc.exposed_boom('{"wait_s": 2}')
+    with pytest.raises(ProtocolError):
+        svc.exposed_boom("{not json")
+    with pytest.raises(ProtocolError, match="JSON string"):
+        svc.exposed_boom({"wait_s": 1})  # a container would be an rpyc reference
+    assert not svc.busy()
+
+
+class _Root:
+    def __init__(self, svc):
+        self.svc = svc
+
+    def __getattr__(self, name):
+        return getattr(self.svc, f"exposed_{name}")
+
+
+class _Handle:
+    host_label = "pi4"
+
+    def __init__(self, svc, alive=True):
+        self.conn = type("Conn", (), {"root": _Root(svc)})()
+        self._alive = alive
+
+    def alive(self):
+        return self._alive
+
+    def stderr_tail(self, n=8):
+        return "Killed"
+
+
+def test_client_calls_are_typed():
+    client = ParticipantClient("edge-1", _Handle(ParticipantService(instance="edge-1")))
+    assert isinstance(client.poll(0), PollReply) and client.poll(0).state == "idle"
+    assert client.data_address() is None and client.probe_link() is None
+    assert client.prepare_partitioner(Measurements()) is None
+    client.heartbeat()
+    client.finish()
+
+
+def test_client_names_the_participant_host_and_call():
+    client = ParticipantClient("edge-1", _Handle(_Boom(instance="edge-1")))
+    with pytest.raises(TracrError, match=r"edge-1 on pi4: boom\(\) failed: edge-1: ValueError"):
+        client.call("boom", PollRequest())
+    dead = ParticipantClient("edge-1", _Handle(_Boom(instance="edge-1"), alive=False))
+    with pytest.raises(ParticipantLost, match=r"edge-1 on pi4 died during boom\(\)") as err:
+        dead.call("boom", PollRequest())
+    assert err.value.hint == "Killed"
