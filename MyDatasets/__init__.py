@@ -14,14 +14,15 @@ Built-ins:
 
 Your own dataset: put a module in this folder that subclasses :class:`Dataset`
 and decorates it with :func:`register_dataset`; it is discovered automatically
-(see the worked example on :class:`Dataset`).
+(see the worked example on :class:`Dataset`). The base class and the registry
+live in :mod:`experiment_design.datasets` and are re-exported here.
 
 This package runs on edge devices: it imports torch, numpy and PIL (lazily),
 never ``app_api``, rich, matplotlib or plumbum.
 """
 
-from MyDatasets.base import Dataset
-from MyDatasets.registry import (
+from experiment_design.datasets import (
+    Dataset,
     accepted_params,
     create_dataset,
     get_dataset_class,

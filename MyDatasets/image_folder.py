@@ -16,10 +16,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from experiment_design.datasets import Dataset, Item, register_dataset
 from experiment_design.errors import TracrError
-from MyDatasets.base import Dataset, Item
 from MyDatasets.preprocess import IMAGE_EXTENSIONS, Preprocess, load_image
-from MyDatasets.registry import register_dataset
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample_images"
 _AUTO_LABEL_FILES = ("labels.csv", "labels.txt")

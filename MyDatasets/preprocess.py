@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from experiment_design.constants import IMAGENET_MEAN, IMAGENET_STD
 from experiment_design.errors import TracrError
 
 if TYPE_CHECKING:
     from PIL.Image import Image
     from torch import Tensor
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = (
     ".jpg",
     ".jpeg",

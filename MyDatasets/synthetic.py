@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from MyDatasets.base import Dataset, Item
-from MyDatasets.registry import register_dataset
+from experiment_design.datasets import Dataset, Item, register_dataset
+from experiment_design.errors import TracrError
 
 
 @register_dataset("synthetic")
@@ -18,8 +18,6 @@ class Synthetic(Dataset):
     def __init__(self, *, input_shape: tuple[int, ...], seed: int = 0, size: int = 8) -> None:
         super().__init__(input_shape=input_shape, seed=seed, size=size)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            from experiment_design.errors import TracrError
-
             raise TracrError(f"synthetic dataset: size must be a positive int, not {size!r}")
         self.size = size
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from experiment_design.models.registry import register_model
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @register_model(

@@ -1,46 +1,41 @@
-"""Auto-import of every module under ``experiment_design/models/`` (and ``user/``).
+"""Importing model modules from explicit folders (the registry discovers its own).
 
-A user drops a file using ``@register_model`` into ``experiment_design/models/``
-or ``experiment_design/models/user/`` and the model is available by name.
+The model registry (:data:`experiment_design.models.registry.MODELS`) imports
+every module of ``experiment_design/models/`` and ``experiment_design/models/user/``
+on lookup, so a user drops a file using ``@register_model`` into either folder and
+the model is available by name. :func:`import_model_modules` does the same for
+other folders, e.g. a project's own models directory.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import pkgutil
 from pathlib import Path
+
+from experiment_design.models.registry import MODELS
+from experiment_design.registry import import_modules
 
 log = logging.getLogger(__name__)
 
-_SKIP = {"registry", "discover", "weights", "__init__"}
-
 
 def import_model_modules(dirs: list[tuple[Path, str]] | None = None) -> list[str]:
-    """Import model modules; a broken user module is logged, never fatal.
+    """Import model modules; return the names imported now. A broken module is logged,
+    never fatal: one typo must not hide every other model.
 
-    ``dirs`` is a list of (directory, package prefix) pairs; by default
-    ``experiment_design/models/`` and ``experiment_design/models/user/``.
+    ``dirs`` is a list of (directory, package prefix) pairs; by default the
+    model registry's own packages.
     """
-    import experiment_design.models as pkg
-
-    base = Path(pkg.__file__).parent
     if dirs is None:
         dirs = [
-            (base, "experiment_design.models."),
-            (base / "user", "experiment_design.models.user."),
+            (Path(p), f"{name}.")
+            for name in MODELS.packages
+            for p in importlib.import_module(name).__path__
         ]
-    imported = []
+    imported: list[str] = []
     for sub, prefix in dirs:
         if not Path(sub).is_dir():
             continue
-        for info in sorted(pkgutil.iter_modules([str(sub)]), key=lambda i: i.name):
-            if info.name in _SKIP or info.name.startswith("_") or info.ispkg:
-                continue
-            name = prefix + info.name
-            try:
-                importlib.import_module(name)
-                imported.append(name)
-            except Exception as exc:  # a user's typo must not hide every other model
-                log.warning("could not import model module %s: %s", name, exc)
+        ok, _failed = import_modules(prefix.rstrip("."), [str(sub)])  # logged there
+        imported += ok
     return imported

@@ -3,24 +3,42 @@
 Modelled on timm: factories are registered by name together with a
 :class:`ModelSpec` (input shape, task). Models are built in ``eval()`` mode with
 random weights from a fixed seed unless a weights source is given; nothing is
-ever downloaded.
+ever downloaded. Listing names and reading specs imports no torch; building a
+model does.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-
+from experiment_design.constants import TORCHVISION_PREFIX
 from experiment_design.errors import TracrError, UnknownNameError
+from experiment_design.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 log = logging.getLogger(__name__)
 
-TORCHVISION_PREFIX = "torchvision:"
+__all__ = [
+    "MODELS",
+    "TORCHVISION_PREFIX",
+    "ModelSpec",
+    "UnknownModelError",
+    "create_model",
+    "example_input",
+    "get_model_spec",
+    "list_models",
+    "register_missing",
+    "register_model",
+    "unregister_model",
+]
+
+_HINT = "run 'tracr model ls'; any torchvision classifier works as 'torchvision:<name>'"
 
 
 @dataclass(frozen=True)
@@ -45,18 +63,19 @@ class UnknownModelError(UnknownNameError):
     """A model name that is neither registered nor a ``torchvision:<name>`` model."""
 
     def __init__(self, name: str, valid, hint: str | None = None):
-        super().__init__(
-            "model",
-            name,
-            valid,
-            hint=hint
-            or "run 'tracr model ls'; any torchvision classifier works as 'torchvision:<name>'",
-        )
+        super().__init__("model", name, valid, hint=hint or _HINT)
 
 
-_FACTORIES: dict[str, Callable[..., nn.Module]] = {}
+#: name -> factory; the modules of ``models/`` and ``models/user/`` register themselves.
+MODELS: Registry[Callable[..., nn.Module]] = Registry(
+    "model",
+    ["experiment_design.models", "experiment_design.models.user"],
+    name_attr=None,
+    hint=_HINT,
+)
+# Metadata kept beside the shared registry: name -> spec, and the names that
+# would exist with an optional extra installed (name -> install hint).
 _SPECS: dict[str, ModelSpec] = {}
-# Names that would exist with an optional extra installed: name -> hint.
 _MISSING: dict[str, str] = {}
 
 
@@ -71,10 +90,14 @@ def register_model(
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Register ``factory(**kwargs) -> nn.Module`` under ``name`` (default: the function name).
 
+    Import torch inside the factory, so that listing models stays torch-free.
+
     Example::
 
         @register_model("tiny-mlp", input_shape=(16,), description="two linear layers")
         def tiny_mlp() -> nn.Module:
+            from torch import nn
+
             return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     """
 
@@ -83,7 +106,7 @@ def register_model(
         if key.startswith(TORCHVISION_PREFIX):
             raise ValueError(f"model names may not start with '{TORCHVISION_PREFIX}'")
         doc = (factory.__doc__ or "").strip().splitlines()
-        _FACTORIES[key] = factory
+        MODELS.add(key, factory)
         _SPECS[key] = ModelSpec(
             name=key,
             input_shape=tuple(input_shape),
@@ -100,13 +123,13 @@ def register_model(
 
 def register_missing(name: str, hint: str) -> None:
     """Record that ``name`` needs an optional extra; creating it raises with ``hint``."""
-    if name not in _FACTORIES:
+    if not MODELS.has(name):
         _MISSING[name] = hint
 
 
 def unregister_model(name: str) -> None:
     """Remove ``name`` from the registry (for tests and interactive sessions)."""
-    _FACTORIES.pop(name, None)
+    MODELS.remove(name)
     _SPECS.pop(name, None)
 
 
@@ -115,11 +138,7 @@ def list_models(pattern: str | None = None) -> list[str]:
 
     ``torchvision:<name>`` models are resolved on demand and not listed.
     """
-    _ensure_loaded()
-    names = sorted(_FACTORIES)
-    if pattern:
-        names = [n for n in names if fnmatch.fnmatch(n, pattern)]
-    return names
+    return MODELS.names(pattern)
 
 
 def _torchvision_classifiers() -> list[str]:
@@ -149,10 +168,9 @@ def _torchvision_spec(name: str) -> ModelSpec:
 
 def get_model_spec(name: str, weights: str | None = None) -> ModelSpec:
     """The :class:`ModelSpec` of ``name``; ``pretrained`` reflects ``weights``."""
-    _ensure_loaded()
     if name.startswith(TORCHVISION_PREFIX):
         spec = _torchvision_spec(name)
-    elif name in _SPECS:
+    elif name in MODELS and name in _SPECS:
         spec = _SPECS[name]
     elif name in _MISSING:
         raise TracrError(f"model '{name}' needs an optional dependency.", hint=_MISSING[name])
@@ -168,6 +186,8 @@ def create_model(name: str, *, seed: int = 0, weights: str | None = None) -> nn.
     weights name (e.g. ``IMAGENET1K_V1``) whose file is already in the torch hub
     cache. Nothing is downloaded.
     """
+    import torch
+
     spec = get_model_spec(name, weights)
     torch.manual_seed(seed)
     if name.startswith(TORCHVISION_PREFIX):
@@ -175,7 +195,7 @@ def create_model(name: str, *, seed: int = 0, weights: str | None = None) -> nn.
 
         model = tvm.get_model(spec.torchvision_name, weights=None)
     else:
-        model = _FACTORIES[name]()
+        model = MODELS.get(name)()
     if weights is not None:
         from experiment_design.models.weights import load_weights
 
@@ -185,20 +205,8 @@ def create_model(name: str, *, seed: int = 0, weights: str | None = None) -> nn.
 
 def example_input(name: str, batch: int = 1, seed: int = 0) -> torch.Tensor:
     """A random input of the model's input shape with ``batch`` rows (seeded)."""
+    import torch
+
     spec = get_model_spec(name)
     gen = torch.Generator().manual_seed(seed)
     return torch.randn((batch, *spec.input_shape), generator=gen)
-
-
-_LOADED = False
-
-
-def _ensure_loaded() -> None:
-    """Import the built-in and user model modules once (they register themselves)."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    from experiment_design.models import discover
-
-    discover.import_model_modules()

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from experiment_design.errors import TracrError
 
+if TYPE_CHECKING:
+    from torch import nn
+
 
 def _state_dict_from_file(path: Path) -> dict:
+    import torch
+
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -30,6 +33,7 @@ def _state_dict_from_file(path: Path) -> dict:
 
 
 def _torchvision_file(torchvision_name: str, weights: str) -> Path:
+    import torch
     import torchvision.models as tvm
 
     try:

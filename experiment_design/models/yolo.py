@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from experiment_design.models.registry import register_missing, register_model
+
+if TYPE_CHECKING:
+    from torch import nn
 
 _HINT = "install the optional extra: pip install tracr[yolo]  (or: pip install ultralytics)"
 

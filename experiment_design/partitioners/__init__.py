@@ -7,6 +7,7 @@ new file with an ``@register_partitioner`` class is picked up by name.
 from __future__ import annotations
 
 from experiment_design.partitioners.base import (
+    PARTITIONERS,
     PartitionContext,
     Partitioner,
     create_partitioner,
@@ -14,9 +15,9 @@ from experiment_design.partitioners.base import (
     list_partitioners,
     register_partitioner,
 )
-from experiment_design.runtime.discovery import import_submodules
 
 __all__ = [
+    "PARTITIONERS",
     "PartitionContext",
     "Partitioner",
     "create_partitioner",
@@ -27,6 +28,6 @@ __all__ = [
 ]
 
 
-def discover() -> None:
+def discover() -> list[str]:
     """Import every module of this package not yet imported (fills the registry)."""
-    import_submodules(__name__)
+    return PARTITIONERS.discover()

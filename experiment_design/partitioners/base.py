@@ -6,12 +6,12 @@ means the edge runs layers 1..k and the cloud runs layers k+1..n.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from experiment_design.errors import TracrError, UnknownNameError
-
-_REGISTRY: dict[str, type[Partitioner]] = {}
+from experiment_design.errors import TracrError
+from experiment_design.registry import Registry
 
 
 @dataclass
@@ -103,42 +103,28 @@ class Partitioner:
         return {"name": self.name, "params": self.params}
 
 
-def register_partitioner(name: str | None = None):
+#: name -> Partitioner subclass; every module of ``experiment_design.partitioners`` is
+#: imported on lookup.
+PARTITIONERS: Registry[type[Partitioner]] = Registry(
+    "partitioner", ["experiment_design.partitioners"], base=Partitioner
+)
+
+
+def register_partitioner(name: str | None = None) -> Callable[[type[Partitioner]], type[Partitioner]]:
     """Class decorator: register a :class:`Partitioner` subclass under ``name``."""
-
-    def deco(cls: type[Partitioner]) -> type[Partitioner]:
-        key = name or cls.name or cls.__name__.lower()
-        cls.name = key
-        _REGISTRY[key] = cls
-        return cls
-
-    return deco
-
-
-def _discover() -> None:
-    from experiment_design.partitioners import discover
-
-    discover()
+    return PARTITIONERS.register(name)
 
 
 def get_partitioner(name: str) -> type[Partitioner]:
     """The registered class for ``name`` (UnknownNameError lists valid names)."""
-    _discover()
-    if name not in _REGISTRY:
-        raise UnknownNameError("partitioner", name, _REGISTRY)
-    return _REGISTRY[name]
+    return PARTITIONERS.get(name)
 
 
 def create_partitioner(name: str, **params: Any) -> Partitioner:
     """Instantiate the partitioner registered as ``name`` with ``params``."""
-    cls = get_partitioner(name)
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        raise TracrError(f"Bad parameters for partitioner '{name}': {exc}") from exc
+    return PARTITIONERS.create(name, **params)
 
 
 def list_partitioners() -> list[str]:
     """Names of all registered partitioners, sorted."""
-    _discover()
-    return sorted(_REGISTRY)
+    return PARTITIONERS.names()

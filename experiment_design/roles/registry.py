@@ -2,46 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from experiment_design.errors import UnknownNameError
+from experiment_design.registry import Registry
 
 if TYPE_CHECKING:
     from experiment_design.roles.base import ParticipantService
 
-_ROLES: dict[str, type[ParticipantService]] = {}
+#: name -> ParticipantService subclass; every module of ``experiment_design.roles`` is
+#: imported on lookup. A role's name is kept in its ``role_name`` attribute.
+ROLES: Registry[type[ParticipantService]] = Registry(
+    "role", ["experiment_design.roles"], name_attr="role_name"
+)
 
 
-def register_role(name: str | None = None):
+def register_role(
+    name: str | None = None,
+) -> Callable[[type[ParticipantService]], type[ParticipantService]]:
     """Class decorator: register a :class:`ParticipantService` subclass as a role."""
-
-    def deco(cls):
-        key = name or cls.__dict__.get("role_name") or cls.__name__.lower()
-        cls.role_name = key
-        _ROLES[key] = cls
-        return cls
-
-    return deco
-
-
-def _discover() -> None:
-    from experiment_design.runtime.discovery import import_submodules
-
-    import_submodules("experiment_design.roles")
+    return ROLES.register(name)
 
 
 def get_role(name: str) -> type[ParticipantService]:
     """The class registered as ``name``."""
-    _discover()
-    if name not in _ROLES:
-        raise UnknownNameError("role", name, _ROLES)
-    return _ROLES[name]
+    return ROLES.get(name)
 
 
 def list_roles() -> list[str]:
     """Registered role names, sorted."""
-    _discover()
-    return sorted(_ROLES)
+    return ROLES.names()
 
 
 def role_is(cls: type, name: str) -> bool:

@@ -341,6 +341,10 @@ class GraphEngine:
         result, ticks = self._module(self.n, "full", cuda_clock if on_cuda(x) else cpu_clock)(x)
         return result, ticks_to_ms(1, ticks)
 
+    def to(self, device: torch.device) -> None:
+        """Move the traced module tree (the model's submodules and the constants the trace kept)."""
+        self.gm.to(device)
+
     def suffix_graph_module(self, k: int) -> fx.GraphModule:
         """The untimed suffix of cut k as an fx GraphModule (for inspection)."""
         return self._build_fx(k, "suffix", None)

@@ -257,6 +257,10 @@ class HookEngine:
         """Nothing to build ahead: hooks are registered per pass."""
         return 0
 
+    def to(self, device: torch.device) -> None:
+        """Nothing to move: hooks run the model itself, and suffix placeholders are made
+        on the crossing tensors' device."""
+
     def run_prefix(self, k: int, x: Tensor, timed: bool = False):
         """Crossing tensors of cut k; per-unit ms of units 1..k if timed."""
         wanted = self.crossing_units(k)

@@ -8,7 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from experiment_design.constants import SPLIT_MODES
 from experiment_design.errors import TracrError
+from experiment_design.split.engine import SplitEngine
 from experiment_design.split.graph import GraphEngine, check_depth
 from experiment_design.split.hooks import HookEngine
 from experiment_design.split.outputs import max_abs_diff
@@ -16,7 +18,8 @@ from experiment_design.split.types import LayerInfo, SplitPoint
 
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "graph", "hooks")
+#: kept under its old name for existing imports
+MODES = SPLIT_MODES
 
 
 class SplitModel:
@@ -33,11 +36,15 @@ class SplitModel:
         out, cloud_ms = sm.run_suffix(5, crossing, timed=True)  # on the cloud
     """
 
-    def __init__(self, model: nn.Module, engine: Any, example: Tensor, depth: int | None):
+    def __init__(
+        self, model: nn.Module, engine: SplitEngine, example: Tensor, depth: int | None
+    ) -> None:
         self.model = model
         self.engine = engine
         self.example = example
         self.depth = depth
+        #: where the model runs (see :meth:`to`)
+        self.device: torch.device = example.device
         self.mode: str = engine.mode
         self.layers: list[LayerInfo] = engine.layers
         self.points: list[SplitPoint] = engine.points
@@ -52,13 +59,15 @@ class SplitModel:
         mode: str = "auto",
     ) -> SplitModel:
         """Trace (or record) ``model`` on ``example_input``; "auto" falls back to hooks."""
-        if mode not in MODES:
-            raise TracrError(f"unknown split mode '{mode}'", hint=f"use one of {', '.join(MODES)}")
+        if mode not in SPLIT_MODES:
+            raise TracrError(
+                f"unknown split mode '{mode}'", hint=f"use one of {', '.join(SPLIT_MODES)}"
+            )
         check_depth(model, depth)
         model.eval()
         if mode in ("auto", "graph"):
             try:
-                engine: Any = GraphEngine(model, example_input, depth)
+                engine: SplitEngine = GraphEngine(model, example_input, depth)
             except Exception as exc:
                 if mode == "graph" and isinstance(exc, TracrError):
                     raise
@@ -75,12 +84,17 @@ class SplitModel:
         return cls(model, engine, example_input, depth)
 
     def to(self, device: torch.device | str) -> SplitModel:
-        """Move the model (and the traced module tree sharing its weights) to ``device``."""
-        self.model.to(device)
-        gm = getattr(self.engine, "gm", None)
-        if gm is not None:
-            gm.to(device)
-        self.example = self.example.to(device)
+        """Move the model, the engine's own modules and the example input to ``device``.
+
+        ``device`` is a torch device or its name, or ``"auto"`` (CUDA when available,
+        else the CPU). Asking for CUDA where there is none is a :class:`TracrError`.
+        Afterwards :attr:`device` says where the model runs.
+        """
+        dev = resolve_device(device)
+        self.model.to(dev)
+        self.engine.to(dev)
+        self.example = self.example.to(dev)
+        self.device = dev
         return self
 
     @property
@@ -161,6 +175,19 @@ class SplitModel:
             row["valid"] = point.valid
             rows.append(row)
         return rows
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """``device`` as a torch device; ``"auto"`` is CUDA when available, else the CPU."""
+    want = str(device)
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want.startswith("cuda") and not torch.cuda.is_available():
+        raise TracrError(
+            f"device '{want}' requested but CUDA is not available",
+            hint="use settings.device: cpu (or auto)",
+        )
+    return torch.device(want)
 
 
 def build_split_model(

@@ -6,6 +6,13 @@ in this package is imported on first registry use.
 
 from __future__ import annotations
 
-from experiment_design.tasks.base import Task, create_task, get_task, list_tasks, register_task
+from experiment_design.tasks.base import (
+    TASKS,
+    Task,
+    create_task,
+    get_task,
+    list_tasks,
+    register_task,
+)
 
-__all__ = ["Task", "create_task", "get_task", "list_tasks", "register_task"]
+__all__ = ["TASKS", "Task", "create_task", "get_task", "list_tasks", "register_task"]

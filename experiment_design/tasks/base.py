@@ -1,13 +1,13 @@
-"""The task base class and registry. Tasks reach participants as plain data:
+"""The task base class and its registry. Tasks reach participants as plain data:
 ``{"task": name, "params": {...}}``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from experiment_design.errors import TracrError, UnknownNameError
-
-_TASKS: dict[str, type[Task]] = {}
+from experiment_design.errors import TracrError
+from experiment_design.registry import Registry
 
 
 class Task:
@@ -53,42 +53,25 @@ class Task:
         raise NotImplementedError
 
 
-def register_task(name: str | None = None):
+#: name -> Task subclass; every module of ``experiment_design.tasks`` is imported on lookup.
+TASKS: Registry[type[Task]] = Registry("task", ["experiment_design.tasks"], base=Task)
+
+
+def register_task(name: str | None = None) -> Callable[[type[Task]], type[Task]]:
     """Class decorator: register a :class:`Task` subclass under ``name``."""
-
-    def deco(cls: type[Task]) -> type[Task]:
-        key = name or cls.__dict__.get("name") or cls.__name__.lower()
-        cls.name = key
-        _TASKS[key] = cls
-        return cls
-
-    return deco
-
-
-def _discover() -> None:
-    from experiment_design.runtime.discovery import import_submodules
-
-    import_submodules("experiment_design.tasks")
+    return TASKS.register(name)
 
 
 def get_task(name: str) -> type[Task]:
     """The class registered as ``name``."""
-    _discover()
-    if name not in _TASKS:
-        raise UnknownNameError("task", name, _TASKS)
-    return _TASKS[name]
+    return TASKS.get(name)
 
 
 def create_task(name: str, **params: Any) -> Task:
     """Instantiate the task ``name`` with ``params``."""
-    cls = get_task(name)
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        raise TracrError(f"Bad parameters for task '{name}': {exc}") from exc
+    return TASKS.create(name, **params)
 
 
 def list_tasks() -> list[str]:
     """Registered task names, sorted."""
-    _discover()
-    return sorted(_TASKS)
+    return TASKS.names()

@@ -80,12 +80,13 @@ def _load_image(participant: Any, path: str) -> tuple[Any, Any, str]:
     from PIL import Image
     from torchvision.transforms import functional as F
 
+    from experiment_design.constants import IMAGENET_MEAN, IMAGENET_STD
     from experiment_design.models import get_model_spec
 
     spec = get_model_spec(participant.config["model"]["name"])
     c, h, w = spec.input_shape
     img = Image.open(path).convert("RGB").resize((w, h))
-    x = F.normalize(F.to_tensor(img), [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    x = F.normalize(F.to_tensor(img), list(IMAGENET_MEAN), list(IMAGENET_STD))
     return x.unsqueeze(0), None, str(path)
 
 

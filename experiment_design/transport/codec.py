@@ -16,11 +16,10 @@ from typing import Any, NamedTuple
 
 import torch
 
+from experiment_design.constants import CODECS, FILTERS
 from experiment_design.errors import TracrError, UnknownNameError
 from experiment_design.transport.errors import ProtocolError
 
-CODECS = ("none", "zstd", "lz4", "lz4hc", "blosclz", "zlib")
-FILTERS = ("none", "shuffle", "bitshuffle")
 _CODEC_SET = frozenset(CODECS)
 CHUNK_BYTES = 1 << 28  # raw bytes per blosc2 chunk; blosc2's own limit is just under 2 GiB
 MAX_DIMS = 32

@@ -7,17 +7,15 @@ import sys
 import pytest
 import torch
 
+from experiment_design.datasets import DATASETS
 from experiment_design.errors import TracrError
 from MyDatasets import Dataset, accepted_params, create_dataset, list_datasets, register_dataset
-from MyDatasets import registry as reg
 
 
 @pytest.fixture
-def clean_registry():
-    saved = dict(reg._REGISTRY)
-    yield
-    reg._REGISTRY.clear()
-    reg._REGISTRY.update(saved)
+def clean_registry(monkeypatch):
+    list_datasets()  # built-ins registered before the snapshot, so restoring keeps them
+    monkeypatch.setattr(DATASETS, "_entries", dict(DATASETS._entries))
 
 
 def test_worked_example_subclass(clean_registry):
@@ -85,7 +83,6 @@ def test_user_modules_are_discovered(tmp_path, monkeypatch, clean_registry):
         "class UserData(Dataset):\n"
         "    def __len__(self):\n        return 1\n"
     )
-    monkeypatch.setattr(reg, "_discovered", False)
     monkeypatch.delitem(sys.modules, "MyDatasets.my_user_data", raising=False)
     try:
         assert "user-data" in list_datasets()
@@ -99,9 +96,7 @@ def test_broken_user_module_is_a_clear_error(tmp_path, monkeypatch, clean_regist
 
     monkeypatch.setattr(MyDatasets, "__path__", [*MyDatasets.__path__, str(tmp_path)])
     (tmp_path / "my_broken_data.py").write_text("import not_a_real_module_xyz\n")
-    monkeypatch.setattr(reg, "_discovered", False)
     with pytest.raises(
         TracrError, match="Could not import dataset module MyDatasets.my_broken_data"
     ):
         list_datasets()
-    monkeypatch.setattr(reg, "_discovered", True)

@@ -87,7 +87,7 @@ def test_example_input_shape_and_seed():
 def test_yolo_without_ultralytics_gives_install_hint(monkeypatch):
     from experiment_design.models import registry
 
-    monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))
+    monkeypatch.setattr(registry.MODELS, "_entries", dict(registry.MODELS._entries))
     monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
     monkeypatch.setattr(registry, "_MISSING", dict(registry._MISSING))
     unregister_model("yolov8n")

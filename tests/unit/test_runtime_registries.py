@@ -99,3 +99,57 @@ def test_user_task_is_discovered():
     finally:
         path.unlink()
         sys.modules.pop(f"experiment_design.tasks.{mod}", None)
+
+
+def test_every_extension_point_is_one_registry():
+    from experiment_design.datasets import DATASETS
+    from experiment_design.models import MODELS
+    from experiment_design.partitioners import PARTITIONERS
+    from experiment_design.registry import Registry
+    from experiment_design.roles.registry import ROLES
+    from experiment_design.tasks import TASKS
+
+    regs = [ROLES, TASKS, PARTITIONERS, MODELS, DATASETS]
+    assert all(isinstance(r, Registry) for r in regs)
+    assert [r.kind for r in regs] == ["role", "task", "partitioner", "model", "dataset"]
+
+
+def test_registry_rules_duplicates_base_and_pattern():
+    from experiment_design.registry import Registry
+
+    class Base:
+        name = ""
+
+    reg = Registry("widget", base=Base)
+
+    @reg.register()
+    class Small(Base):
+        pass
+
+    @reg.register("big-one")
+    class Big(Base):
+        pass
+
+    assert Small.name == "small" and Big.name == "big-one"
+    assert reg.names("big*") == ["big-one"]
+    reg.add("small", Small)  # the same class again (a re-imported module) replaces it
+    with pytest.raises(TracrError, match="registered twice"):
+        reg.add("small", Big)
+    with pytest.raises(TypeError, match="Base subclass"):
+        reg.add("other", object)
+    with pytest.raises(UnknownNameError, match="Did you mean 'small'"):
+        reg.get("smal")
+    with pytest.raises(TracrError, match="Bad parameters for widget 'small'"):
+        reg.create("small", size=1)
+
+
+def test_broken_module_in_a_registry_package_is_a_clear_error():
+    mod, path = _drop_module("experiment_design.tasks", "import not_a_real_module_xyz\n")
+    try:
+        with pytest.raises(TracrError, match=f"Could not import task module .*{mod}") as info:
+            list_tasks()
+        assert mod in info.value.hint
+    finally:
+        path.unlink()
+        sys.modules.pop(f"experiment_design.tasks.{mod}", None)
+    assert "wait" in list_tasks()

@@ -232,6 +232,18 @@ def test_bad_mode_and_split_index(resnet18):
         sm.run_prefix(sm.n + 1, x)
 
 
+def test_to_places_the_model_and_resolves_auto(resnet18):
+    model, x = resnet18
+    sm = SplitModel.build(model, x)
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert sm.to("auto") is sm and sm.device.type == want
+    assert next(sm.model.parameters()).device.type == want and sm.example.device.type == want
+    sm.to("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(TracrError, match="CUDA is not available"):
+            sm.to("cuda")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_timed_split_matches(resnet18):
     model, x = resnet18

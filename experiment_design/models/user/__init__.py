@@ -2,10 +2,11 @@
 
 Example (``experiment_design/models/user/tiny.py``)::
 
-    from torch import nn
     from experiment_design.models import register_model
 
     @register_model("tiny-mlp", input_shape=(16,))
-    def tiny_mlp() -> nn.Module:
+    def tiny_mlp():
+        from torch import nn  # inside the factory: listing models stays torch-free
+
         return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
 """
