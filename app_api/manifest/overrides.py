@@ -10,6 +10,10 @@ Values are YAML (``yaml.safe_load``): ``3``, ``null``, ``[1, 2]``,
 (``participant_instances.0.device=lab-1``) or, where the items are named
 mappings, by name (``participant_instances.edge-1.device=lab-1``,
 ``playbook.edge-1.0.params.limit=2``). ``+list.N=v`` with N = length appends.
+
+Each override is parsed once, where it enters (the CLI's ``--set``), into an
+:class:`Override` (kind, key, value), as Hydra's ``Override`` objects are;
+everything downstream (loading, the run planner) takes the objects.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from app_api.results import new_run_id, results_root
@@ -79,8 +81,9 @@ def load_group(path: str | Path) -> dict | None:
         return None
 
 
-def run_bandwidths(plan: RunPlan, out_dir=None, progress: bool = True,
-                   say=lambda m: None) -> GroupResult:
+def run_bandwidths(plan: RunPlan, out_dir: str | os.PathLike | None = None,
+                   progress: bool = True,
+                   say: Callable[[str], None] = lambda m: None) -> GroupResult:
     """Run a sweep plan's runs, each over the reshaped lab link; write the group summary."""
     if plan.kind != SWEEP:
         raise ValueError(f"run_bandwidths() runs a sweep plan, not a {plan.kind} one")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from app_api.runner import network
@@ -10,7 +11,7 @@ from app_api.runner.observer import RunResult
 from app_api.runner.plan import PLAIN, SHAPED, SWEEP, RunPlan
 
 
-def execute(plan: RunPlan, out_dir=None, progress: bool = True,
+def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: bool = True,
             say: Callable[[str], None] = lambda m: None) -> RunResult:
     """Run ``plan``; a sweep's result is its group (directory, ``group.json`` as summary)."""
     if plan.kind == PLAIN:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from app_api import lab
@@ -173,14 +174,15 @@ def _cpu_quota(report: dict, device: str) -> dict | None:
             "fraction": float(quota), "source": "lab"}
 
 
-def run_plain(run: PlannedRun, out_dir=None, progress: bool = True) -> RunResult:
+def run_plain(run: PlannedRun, out_dir: str | os.PathLike | None = None,
+              progress: bool = True) -> RunResult:
     """One run over the link as it is (the lab's report is recorded when on the lab)."""
     return run_experiment(run.manifest, out_dir=out_dir, progress=progress,
                           facts=lab_facts(run.manifest))
 
 
-def run_shaped(run: PlannedRun, out_dir=None, progress: bool = True,
-               say=lambda m: None) -> RunResult:
+def run_shaped(run: PlannedRun, out_dir: str | os.PathLike | None = None,
+               progress: bool = True, say: Callable[[str], None] = lambda m: None) -> RunResult:
     """One run over a lab link shaped to ``run.bandwidth``; the old shaping is put back."""
     check_lab_participants(run.manifest)
     with shaped(run.bandwidth, run.delay_ms, say=say) as report:
