@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 OVERRIDE_HELP = "override a manifest key: a.b=v changes, +a.b=v adds, ~a.b removes (repeatable)"
 
 
@@ -122,19 +120,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_new(args: argparse.Namespace) -> int:
     """Write a commented manifest that validates as written."""
-    from app_api.manifest import ManifestError, new_manifest_text
+    from app_api.manifest import write_new_manifest
 
-    if not _NAME.match(args.name) or args.name.endswith((".yaml", ".yml")):
-        raise ManifestError(
-            f"'{args.name}' is not a valid experiment name",
-            hint="Use letters, digits, '-', '_' and '.', without the .yaml suffix.",
-        )
-    folder = Path(args.dir)
-    path = folder / f"{args.name}.yaml"
-    if path.exists() and not args.force:
-        raise ManifestError(f"{_rel(path)} already exists", hint="Pass --force to overwrite it.")
-    folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(new_manifest_text(args.name), encoding="utf-8")
+    path = write_new_manifest(args.name, args.dir, force=args.force)
     print(f"Wrote {_rel(path)}. Check it with: tracr experiment validate {args.name}")
     return 0
 

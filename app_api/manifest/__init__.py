@@ -14,7 +14,7 @@ from app_api.manifest.errors import ManifestError
 from app_api.manifest.manifest import Manifest, derive_manifest, load_manifest, validate_data
 from app_api.manifest.overrides import Override, OverrideKind, apply_overrides, parse_overrides
 from app_api.manifest.search import find_manifest, list_manifests, search_dirs
-from app_api.manifest.template import new_manifest_text
+from app_api.manifest.template import new_manifest_text, write_new_manifest
 
 __all__ = [
     "Manifest",
@@ -30,4 +30,5 @@ __all__ = [
     "parse_overrides",
     "search_dirs",
     "validate_data",
+    "write_new_manifest",
 ]
