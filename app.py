@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 
@@ -11,7 +10,8 @@ __version__ = "0.1.0"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app_api.cli import GROUPS
+    """The ``tracr`` parser with every command group registered (no heavy imports)."""
+    from app_api.cli import bench, device, experiment, lab, model, results
 
     parser = argparse.ArgumentParser(
         prog="tracr",
@@ -20,9 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tracr {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND")
-    for group in GROUPS:
-        module = importlib.import_module(f"app_api.cli.{group}")
-        module.register(sub)
+    for group in (model, experiment, results, device, lab, bench):
+        group.register(sub)
     return parser
 
 
@@ -40,6 +39,7 @@ def _setup_logging(debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``tracr ARGV``; the exit code (0 ok, 1 run failed, 2 user error, 130 Ctrl-C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

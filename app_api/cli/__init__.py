@@ -3,6 +3,5 @@
 Each module exposes ``register(subparsers)``. Modules here import only the
 standard library at top level, so ``tracr --help`` stays instant; heavy
 imports (torch, matplotlib, rich) happen inside the command handlers.
+Every group module names its handlers ``cmd_<verb>`` (``cmd_ls``, ``cmd_run``, ...).
 """
-
-GROUPS = ("model", "experiment", "results", "device", "lab", "bench")

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--password-stdin", action="store_true", help="read the SSH password from stdin"
     )
     pp.add_argument("--rekey", action="store_true", help="accept and record a changed host key")
-    pp.set_defaults(func=_pair)
+    pp.set_defaults(func=cmd_pair)
 
     cp = cmds.add_parser(
         "check", help="probe devices: reachable, login, python, torch, accelerator"
@@ -46,18 +46,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     _devices_option(cp, top=False)
     cp.add_argument("names", nargs="*", metavar="NAME", help="devices to check (default: all)")
     cp.add_argument("--json", action="store_true", help="print the results as JSON")
-    cp.set_defaults(func=_check)
+    cp.set_defaults(func=cmd_check)
 
     lp = cmds.add_parser("ls", help="list devices with their last known status")
     _devices_option(lp, top=False)
     lp.add_argument("--check", action="store_true", help="probe every device first")
     lp.add_argument("--json", action="store_true", help="print as JSON")
-    lp.set_defaults(func=_ls)
+    lp.set_defaults(func=cmd_ls)
 
     rp = cmds.add_parser("rm", help="remove a device from the registry")
     _devices_option(rp, top=False)
     rp.add_argument("name", metavar="NAME")
-    rp.set_defaults(func=_rm)
+    rp.set_defaults(func=cmd_rm)
 
     p.set_defaults(func=lambda args: p.print_help())
 
@@ -88,7 +88,7 @@ def _wizard(args: argparse.Namespace) -> None:
     args.python = ask("python on the device", args.python, "python3")
 
 
-def _pair(args: argparse.Namespace) -> int:
+def cmd_pair(args: argparse.Namespace) -> int:
     export_devices_path(args)
     from app_api.devices.pairing import PairRequest, pair
     from app_api.devices.probe import describe
@@ -130,7 +130,7 @@ def _probe_any(dev):
     return probe_local() if dev.builtin else probe(dev)
 
 
-def _check(args: argparse.Namespace) -> int:
+def cmd_check(args: argparse.Namespace) -> int:
     export_devices_path(args)
     import json
 
@@ -191,7 +191,7 @@ def _print_table(devices, detail: bool = False) -> None:
                 print(f"\n{d.name}: {d.last_check['status']}\n{err}", file=sys.stderr)
 
 
-def _ls(args: argparse.Namespace) -> int:
+def cmd_ls(args: argparse.Namespace) -> int:
     export_devices_path(args)
     import json
 
@@ -212,7 +212,7 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rm(args: argparse.Namespace) -> int:
+def cmd_rm(args: argparse.Namespace) -> int:
     export_devices_path(args)
     from app_api.devices.registry import DeviceRegistry
 

@@ -53,17 +53,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     up.add_argument("--no-verify", action="store_true", help="skip measuring the link")
     up.add_argument("--json", action="store_true", help="print the state as JSON")
-    up.set_defaults(func=_up)
+    up.set_defaults(func=cmd_up)
 
     ls = cmds.add_parser("ls", help="show the lab hosts and the link (configured vs measured)")
     ls.add_argument("--json", action="store_true", help="print the state as JSON")
-    ls.set_defaults(func=_ls)
+    ls.set_defaults(func=cmd_ls)
 
     down = cmds.add_parser(
         "down", help="remove every host, link, process, cgroup and key of the lab"
     )
     down.add_argument("--json", action="store_true", help="print what was removed as JSON")
-    down.set_defaults(func=_down)
+    down.set_defaults(func=cmd_down)
 
     shape = cmds.add_parser("shape", help="re-shape the running lab and re-measure the link")
     shape.add_argument(
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     shape.add_argument("--no-verify", action="store_true", help="skip measuring the link")
     shape.add_argument("--json", action="store_true", help="print the link report as JSON")
-    shape.set_defaults(func=_shape)
+    shape.set_defaults(func=cmd_shape)
 
     p.set_defaults(func=lambda args: p.print_help())
 
@@ -85,7 +85,7 @@ def _say(args: argparse.Namespace):
     return lambda msg: print(f"  {msg}", flush=True)
 
 
-def _up(args: argparse.Namespace) -> int:
+def cmd_up(args: argparse.Namespace) -> int:
     from app_api import lab
 
     if not args.json:
@@ -110,7 +110,7 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ls(args: argparse.Namespace) -> int:
+def cmd_ls(args: argparse.Namespace) -> int:
     from app_api import lab
 
     state = lab.status()
@@ -123,7 +123,7 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _down(args: argparse.Namespace) -> int:
+def cmd_down(args: argparse.Namespace) -> int:
     from app_api import lab
 
     removed = lab.down(say=_say(args))
@@ -136,7 +136,7 @@ def _down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shape(args: argparse.Namespace) -> int:
+def cmd_shape(args: argparse.Namespace) -> int:
     from app_api import lab
 
     report = lab.shape(
@@ -153,7 +153,7 @@ def _print_status(state: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from app_api.lab import format_rate
+    from app_api.units import format_rate
 
     console = Console()
     hosts = Table(title="tracr lab hosts")

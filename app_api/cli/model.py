@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--modes", action="store_true", help="build each model to show its split mode (slow)"
     )
     ls.add_argument("--json", action="store_true", help="print JSON on stdout")
-    ls.set_defaults(func=_ls)
+    ls.set_defaults(func=cmd_ls)
 
     sp = cmds.add_parser("splits", help="every split point of a model, with crossing bytes")
     sp.add_argument("model", help="registered name or torchvision:<name>")
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument(
         "--tolerance", type=float, default=1e-5, help="max abs diff allowed by --verify"
     )
-    sp.set_defaults(func=_splits)
+    sp.set_defaults(func=cmd_splits)
     p.set_defaults(func=lambda args: p.print_help())
 
 
@@ -55,7 +55,7 @@ def _shape(text: str | None) -> tuple[int, ...] | None:
     return shape
 
 
-def _ls(args: argparse.Namespace) -> int:
+def cmd_ls(args: argparse.Namespace) -> int:
     from experiment_design.models import get_model_spec, list_models
 
     rows = []
@@ -99,7 +99,7 @@ def _mode_of(name: str, spec) -> str:
         return f"error: {exc.message}"
 
 
-def _splits(args: argparse.Namespace) -> int:
+def cmd_splits(args: argparse.Namespace) -> int:
     from experiment_design.errors import TracrError
     from experiment_design.split import build_split_model
 

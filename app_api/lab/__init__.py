@@ -12,9 +12,10 @@ can get a CPU quota (cgroups), and is paired in the device registry as ``lab-<n>
 
 from __future__ import annotations
 
-from .lifecycle import down, link_report, shape, status, up
-from .rates import format_rate, parse_rate, tbf_params
-from .state import load_state, state_path
+from app_api.lab.lifecycle import down, link_report, shape, status, up
+from app_api.lab.network import tbf_params
+from app_api.lab.state import load_state, state_path
+from app_api.units import format_rate, parse_rate
 
 __all__ = [
     "up",

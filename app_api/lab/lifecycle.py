@@ -15,26 +15,16 @@ import sys
 import time
 from pathlib import Path
 
+from app_api.devices.registry import known_hosts_path
+from app_api.lab import cgroup, network, sshd
+from app_api.lab.probe import measure_link
+from app_api.lab.registry_link import register_hosts, unregister_hosts
+from app_api.lab.state import host_entry, lab_dir, load_state, new_state, remove_state, save_state
+from app_api.lab.system import pid_alive, require_root
+from app_api.units import format_rate, parse_rate
 from experiment_design.errors import TracrError
 
-from . import cgroup, network, sshd
-from .probe import measure_link
-from .rates import format_rate, parse_rate
-from .registry_link import register_hosts, unregister_hosts
-from .state import host_entry, lab_dir, load_state, new_state, remove_state, save_state
-from .system import pid_alive, require_root
-
 log = logging.getLogger(__name__)
-
-
-def _known_hosts_path() -> Path:
-    try:
-        from app_api.devices.registry import known_hosts_path
-    except ImportError:  # the device registry is optional for the lab itself
-        from .state import config_dir
-
-        return config_dir() / "known_hosts"
-    return known_hosts_path()
 
 
 def parse_quotas(items: list[str] | dict | None, hosts: int) -> dict[str, float]:
@@ -111,7 +101,7 @@ def up(
         bridge_address=network.BRIDGE_ADDRESS,
         subnet=f"{network.SUBNET_PREFIX}.0/24",
         python=sys.executable,
-        known_hosts=str(_known_hosts_path()),
+        known_hosts=str(known_hosts_path()),
     )
     save_state(state)
     try:

@@ -17,10 +17,8 @@ import json
 import logging
 import re
 
+from app_api.lab.system import ok, run
 from experiment_design.errors import TracrError
-
-from .rates import tbf_params
-from .system import ok, run
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +93,40 @@ def delete_namespace(ns: str) -> bool:
 def delete_link(name: str) -> bool:
     """Delete a root-namespace link; True if it existed."""
     return ok(["ip", "link", "del", name])
+
+
+#: Bytes the shaper may queue. Deep enough that TCP never loses a packet to it: Linux
+#: lets one flow have at most its send buffer in flight (``tcp_wmem`` max, 4 MiB by
+#: default), so every request-response transfer fits, for a few flows at once.
+QUEUE_BYTES = 16 << 20
+
+
+def tbf_params(rate_Bps: float, *, mtu: int = 1500, queue_bytes: int = QUEUE_BYTES) -> dict:
+    """Parameters for a ``tbf`` qdisc shaping to ``rate_Bps`` (bytes/s on the wire).
+
+    ``burst`` (the bucket) is 2 ms worth of traffic but never less than 4 full frames.
+    The bucket refills while the link idles and is then sent at line rate, so a big
+    bucket would make every small tensor transfer look faster than the configured rate;
+    2 ms keeps that error small while TCP still reaches ~95% of the rate in payload.
+    ``limit`` (the queue) is one bucket plus ``queue_bytes``, so a transfer takes
+    bytes / rate however large it is. With a shallow queue (50 ms of traffic) the tail
+    of every transfer larger than the queue was dropped and TCP recovered by
+    retransmission timeout (>= 200 ms): on a 1 MB/s link a 62 KB tensor took 200 ms
+    instead of 63 ms, and the time stopped growing with the bytes.
+    Returned as integers plus the ready ``tc`` argument list.
+    """
+    if not rate_Bps > 0:
+        raise TracrError(f"cannot shape to a rate of {rate_Bps} bytes/s")
+    frame = mtu + 14
+    burst = max(4 * frame, int(rate_Bps * 0.002))
+    limit = burst + max(2 * frame, int(queue_bytes))
+    rate_bit = int(round(rate_Bps * 8))
+    return {
+        "rate_bit": rate_bit,
+        "burst": burst,
+        "limit": limit,
+        "args": ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), "limit", str(limit)],
+    }
 
 
 _QDISC_CACHE: dict[str, bool] = {}

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import logging
 
+from app_api.devices.registry import Device, DeviceRegistry
+
 log = logging.getLogger(__name__)
 
 
 def register_hosts(state: dict) -> list[str]:
     """Add every lab host of ``state`` to the device registry; return the names added."""
-    try:
-        from app_api.devices.registry import Device, DeviceRegistry
-    except ImportError:
-        log.warning("the device registry is not available; lab hosts are not paired")
-        return []
     reg = DeviceRegistry.load()
     names = []
     for h in state["hosts"]:
@@ -39,10 +36,6 @@ def register_hosts(state: dict) -> list[str]:
 
 def unregister_hosts(state: dict) -> list[str]:
     """Remove the lab's registry entries (those recorded, plus any ``lab-*`` tagged ``lab``)."""
-    try:
-        from app_api.devices.registry import DeviceRegistry
-    except ImportError:
-        return []
     try:
         reg = DeviceRegistry.load()
     except Exception as exc:  # a broken registry must not stop the rest of the clean-up

@@ -11,9 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from app_api.lab.system import pid_alive, run
 from experiment_design.errors import TracrError
-
-from .system import pid_alive, run
 
 log = logging.getLogger(__name__)
 

@@ -1,45 +1,34 @@
 """Experiment manifests: finding, loading, overriding and validating them.
 
 An experiment is one YAML file (``manifests/NAME.yaml``); its name is the file
-name. :func:`load_manifest` applies ``--set`` overrides (Hydra grammar) and
-validates everything (keys, types, and every role/task/partitioner/model/
-dataset/device name against its registry) before anything starts, raising one
-:class:`ManifestError` that names the file, the key path and the line.
-
-This package is imported by the CLI at start-up, so the names below are
-loaded lazily: ``import app_api.manifest`` costs nothing until it is used.
+name. :func:`load_manifest` applies ``--set`` overrides (Hydra grammar, parsed
+once into :class:`Override` objects) and validates everything (keys, types,
+and every role/task/partitioner/model/dataset/device name against its
+registry) before anything starts, raising one :class:`ManifestError` that
+names the file, the key path and the line.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from app_api.manifest.errors import ManifestError
+from app_api.manifest.manifest import Manifest, derive_manifest, load_manifest, validate_data
+from app_api.manifest.overrides import Override, OverrideKind, apply_overrides, parse_overrides
+from app_api.manifest.search import find_manifest, list_manifests, search_dirs
+from app_api.manifest.template import new_manifest_text, write_new_manifest
 
-_EXPORTS = {
-    "ManifestError": "app_api.manifest.errors",
-    "Manifest": "app_api.manifest.manifest",
-    "load_manifest": "app_api.manifest.manifest",
-    "validate_data": "app_api.manifest.manifest",
-    "find_manifest": "app_api.manifest.search",
-    "list_manifests": "app_api.manifest.search",
-    "search_dirs": "app_api.manifest.search",
-    "apply_overrides": "app_api.manifest.overrides",
-    "new_manifest_text": "app_api.manifest.template",
-    "parse_bandwidth": "app_api.manifest.units",
-    "register_manifest_commands": "app_api.manifest.commands",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'app_api.manifest' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = [
+    "Manifest",
+    "ManifestError",
+    "Override",
+    "OverrideKind",
+    "apply_overrides",
+    "derive_manifest",
+    "find_manifest",
+    "list_manifests",
+    "load_manifest",
+    "new_manifest_text",
+    "parse_overrides",
+    "search_dirs",
+    "validate_data",
+    "write_new_manifest",
+]

@@ -11,26 +11,35 @@ import yaml
 
 from app_api.manifest import names
 from app_api.manifest.errors import KeyPath, ManifestError, format_path
-from app_api.manifest.overrides import apply_one
+from app_api.manifest.overrides import Override, apply_one, parse_overrides
 from app_api.manifest.schema import SchemaProblem, fill_defaults, validate
 from app_api.manifest.search import find_manifest
 from app_api.manifest.yamlio import load_yaml_file
+from experiment_design.errors import UnknownNameError
 
 
 class Manifest:
     """A validated, resolved experiment (defaults filled, overrides applied); read-only.
 
     Section properties return copies, so a caller may change what it gets
-    without changing the manifest.
+    without changing the manifest. ``parsed_overrides`` are the :class:`Override`
+    objects applied, in order; ``overrides`` the same as written (what run records keep).
     """
 
-    __slots__ = ("name", "path", "overrides", "_data")
+    __slots__ = ("name", "path", "parsed_overrides", "_data")
 
-    def __init__(self, name: str, path: Path | None, data: dict, overrides: Iterable[str] = ()):
+    def __init__(
+        self, name: str, path: Path | None, data: dict, overrides: Iterable[Override | str] = ()
+    ) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "path", path)
-        object.__setattr__(self, "overrides", list(overrides))
+        object.__setattr__(self, "parsed_overrides", parse_overrides(overrides))
         object.__setattr__(self, "_data", data)
+
+    @property
+    def overrides(self) -> list[str]:
+        """The overrides as written on the command line, in order (a copy)."""
+        return [o.text for o in self.parsed_overrides]
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("Manifest is read-only; load it again with overrides instead")
@@ -113,8 +122,6 @@ class _Locator:
 
 
 def _unknown(kind: str, name: str, valid: Iterable[str]) -> str:
-    from experiment_design.errors import UnknownNameError
-
     return UnknownNameError(kind, name, valid).message
 
 
@@ -127,12 +134,11 @@ def _check_names(d: dict, loc: _Locator) -> None:
         raise loc.error(("participant_instances",), "lists no participants")
 
     roles = names.roles()
-    if roles is not None:
-        for tname, spec in types.items():
-            if spec["role"] not in roles:
-                raise loc.error(
-                    ("participant_types", tname, "role"), _unknown("role", spec["role"], roles)
-                )
+    for tname, spec in types.items():
+        if spec["role"] not in roles:
+            raise loc.error(
+                ("participant_types", tname, "role"), _unknown("role", spec["role"], roles)
+            )
 
     _check_model(d["model"]["name"], ("model", "name"), loc)
     for tname, spec in types.items():
@@ -140,7 +146,7 @@ def _check_names(d: dict, loc: _Locator) -> None:
             _check_model(spec["model"], ("participant_types", tname, "model"), loc)
 
     seen: dict[str, int] = {}
-    devices = None
+    devices: list[str] | None = None  # the device registry is read only when needed
     for i, inst in enumerate(instances):
         if inst["name"] in seen:
             raise loc.error(
@@ -156,7 +162,7 @@ def _check_names(d: dict, loc: _Locator) -> None:
             )
         if inst["device"] != names.LOCALHOST:
             devices = devices if devices is not None else names.devices()
-            if devices is not None and inst["device"] not in devices:
+            if inst["device"] not in devices:
                 raise loc.error(
                     ("participant_instances", i, "device"),
                     _unknown("device", inst["device"], devices),
@@ -181,45 +187,40 @@ def _check_names(d: dict, loc: _Locator) -> None:
             )
         if not playbook[inst_name]:
             raise loc.error(("playbook", inst_name), "has no tasks (give it at least [wait])")
-        if tasks is not None:
-            for j, step in enumerate(playbook[inst_name]):
-                if step["task"] not in tasks:
-                    raise loc.error(
-                        ("playbook", inst_name, j, "task"), _unknown("task", step["task"], tasks)
-                    )
+        for j, step in enumerate(playbook[inst_name]):
+            if step["task"] not in tasks:
+                raise loc.error(
+                    ("playbook", inst_name, j, "task"), _unknown("task", step["task"], tasks)
+                )
 
     parts = names.partitioners()
-    if parts is not None:
-        if d["partitioner"]["name"] not in parts:
-            raise loc.error(
-                ("partitioner", "name"), _unknown("partitioner", d["partitioner"]["name"], parts)
-            )
-        for j, pname in enumerate(d["evaluate"]["partitioners"]):
-            if pname not in parts:
-                raise loc.error(
-                    ("evaluate", "partitioners", j), _unknown("partitioner", pname, parts)
-                )
+    if d["partitioner"]["name"] not in parts:
+        raise loc.error(
+            ("partitioner", "name"), _unknown("partitioner", d["partitioner"]["name"], parts)
+        )
+    for j, pname in enumerate(d["evaluate"]["partitioners"]):
+        if pname not in parts:
+            raise loc.error(("evaluate", "partitioners", j), _unknown("partitioner", pname, parts))
 
     datasets = names.datasets()
-    if datasets is not None:
-        ds = d["dataset"]["name"]
-        if ds not in datasets:
-            raise loc.error(("dataset", "name"), _unknown("dataset", ds, datasets))
-        for key in names.dataset_required_params(ds):
-            if key not in d["dataset"]["params"]:
+    ds = d["dataset"]["name"]
+    if ds not in datasets:
+        raise loc.error(("dataset", "name"), _unknown("dataset", ds, datasets))
+    for key in names.dataset_required_params(ds):
+        if key not in d["dataset"]["params"]:
+            raise loc.error(
+                ("dataset", "params"),
+                f"dataset '{ds}' needs params.{key}",
+                hint=f"e.g. --set +dataset.params.{key}=...",
+            )
+    accepted = names.dataset_params(ds)
+    if accepted is not None:  # None: the dataset takes any parameter
+        for key in d["dataset"]["params"]:
+            if key not in accepted:
                 raise loc.error(
-                    ("dataset", "params"),
-                    f"dataset '{ds}' needs params.{key}",
-                    hint=f"e.g. --set +dataset.params.{key}=...",
+                    ("dataset", "params", key),
+                    _unknown(f"{ds} dataset parameter", key, accepted),
                 )
-        accepted = names.dataset_params(ds)
-        if accepted is not None:
-            for key in d["dataset"]["params"]:
-                if key not in accepted:
-                    raise loc.error(
-                        ("dataset", "params", key),
-                        _unknown(f"{ds} dataset parameter", key, accepted),
-                    )
 
 
 def _check_model(name: str, path: KeyPath, loc: _Locator) -> None:
@@ -230,7 +231,7 @@ def _check_model(name: str, path: KeyPath, loc: _Locator) -> None:
             raise loc.error(path, _unknown("torchvision model", short, tv))
         return
     models = names.models()
-    if models is not None and name not in models:
+    if name not in models:
         raise loc.error(
             path,
             _unknown("model", name, models),
@@ -246,7 +247,7 @@ def validate_data(
     file: str | None = None,
     lines: dict[KeyPath, int] | None = None,
     touched: dict[KeyPath, str] | None = None,
-    overrides: Iterable[str] = (),
+    overrides: Iterable[Override | str] = (),
 ) -> Manifest:
     """Validate an already-parsed manifest dict (defaults are filled) and wrap it."""
     file = file or (str(path) if path is not None else name)
@@ -264,9 +265,12 @@ def validate_data(
     return Manifest(name, path, resolved, overrides)
 
 
-def load_manifest(name_or_path: str, overrides: Iterable[str] = ()) -> Manifest:
-    """Find, parse, override and validate a manifest; raise one :class:`ManifestError` if wrong."""
-    overrides = list(overrides or ())
+def load_manifest(name_or_path: str, overrides: Iterable[Override | str] = ()) -> Manifest:
+    """Find, parse, override and validate a manifest; raise one :class:`ManifestError` if wrong.
+
+    ``overrides`` are :class:`Override` objects (texts are parsed here, once).
+    """
+    overrides = parse_overrides(overrides)
     path = find_manifest(str(name_or_path))
     label = _label(path)
     data, lines = load_yaml_file(path, label)
@@ -276,16 +280,39 @@ def load_manifest(name_or_path: str, overrides: Iterable[str] = ()) -> Manifest:
         raise ManifestError("the top level must be a mapping of sections", file=label, line=1)
     # Defaults first, so that `--set network.bandwidth=4MB/s` works when the file omits it.
     data = fill_defaults(data)
-    touched: dict[KeyPath, str] = {}
-    for text in overrides:
-        try:
-            apply_one(data, text, touched, lines)
-        except ManifestError as exc:
-            raise ManifestError(exc.problem, file=label, hint=exc.hint) from None
+    touched = _apply(data, overrides, label, lines)
     return validate_data(
         data, name=path.stem, path=path, file=label, lines=lines, touched=touched,
         overrides=overrides,
     )  # fmt: skip
+
+
+def derive_manifest(manifest: Manifest, overrides: Iterable[Override | str]) -> Manifest:
+    """``manifest`` with more overrides applied and validated again, without reading its file.
+
+    A bandwidth sweep plans one manifest per rate this way from the one it loaded.
+    """
+    extra = parse_overrides(overrides)
+    label = _label(manifest.path) if manifest.path is not None else manifest.name
+    data = manifest.raw
+    touched = _apply(data, extra, label, None)
+    return validate_data(
+        data, name=manifest.name, path=manifest.path, file=label, touched=touched,
+        overrides=(*manifest.parsed_overrides, *extra),
+    )  # fmt: skip
+
+
+def _apply(
+    data: dict, overrides: Iterable[Override], label: str, lines: dict[KeyPath, int] | None
+) -> dict[KeyPath, str]:
+    """Apply ``overrides`` in place; the key paths they set (for errors that name them)."""
+    touched: dict[KeyPath, str] = {}
+    for override in overrides:
+        try:
+            apply_one(data, override, touched, lines)
+        except ManifestError as exc:
+            raise ManifestError(exc.problem, file=label, hint=exc.hint) from None
+    return touched
 
 
 def _label(path: Path) -> str:

@@ -10,6 +10,10 @@ Values are YAML (``yaml.safe_load``): ``3``, ``null``, ``[1, 2]``,
 (``participant_instances.0.device=lab-1``) or, where the items are named
 mappings, by name (``participant_instances.edge-1.device=lab-1``,
 ``playbook.edge-1.0.params.limit=2``). ``+list.N=v`` with N = length appends.
+
+Each override is parsed once, where it enters (the CLI's ``--set``), into an
+:class:`Override` (kind, key, value), as Hydra's ``Override`` objects are;
+everything downstream (loading, the run planner) takes the objects.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import copy
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import yaml
@@ -28,32 +34,79 @@ GRAMMAR_HINT = (
 )
 
 
-def _parse(text: str) -> tuple[str, list[str], Any, bool]:
-    """Split one override into (op, key segments, value, has_value)."""
-    op = "set"
-    body = text.strip()
-    if body.startswith("++"):
-        op, body = "force", body[2:]
-    elif body.startswith("+"):
-        op, body = "add", body[1:]
-    elif body.startswith("~"):
-        op, body = "remove", body[1:]
-    key, eq, raw = body.partition("=")
-    key = key.strip()
-    if not eq and op != "remove":
-        raise ManifestError(f"override '{text}' has no '=value'.", hint=GRAMMAR_HINT)
-    if not key or any(not seg for seg in key.split(".")):
-        raise ManifestError(f"override '{text}' has an empty key.", hint=GRAMMAR_HINT)
-    value = None
-    if eq:
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as exc:
-            raise ManifestError(
-                f"override '{text}': cannot parse the value as YAML ({exc.__class__.__name__}).",
-                hint="Quote strings with special characters: key='a: b'.",
-            ) from None
-    return op, key.split("."), value, bool(eq)
+class OverrideKind(Enum):
+    """What an override does to its key (Hydra's ``OverrideType``)."""
+
+    CHANGE = "change"  # a.b=v
+    ADD = "add"  # +a.b=v
+    FORCE_ADD = "force_add"  # ++a.b=v
+    REMOVE = "remove"  # ~a.b or ~a.b=v
+
+
+_PREFIXES = (("++", OverrideKind.FORCE_ADD), ("+", OverrideKind.ADD), ("~", OverrideKind.REMOVE))
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``--set`` override, parsed once (see the module docs for the grammar).
+
+    ``value`` is the YAML value (None for a removal without one); ``text`` is the
+    override as written, which is what ``str()`` gives and what run records keep.
+    """
+
+    kind: OverrideKind
+    key: str
+    value: Any = field(default=None, hash=False)
+    has_value: bool = False
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Override:
+        """Parse ``a.b=v``, ``+a.b=v``, ``++a.b=v`` or ``~a.b[=v]``; a bad one raises ManifestError."""
+        kind, body = OverrideKind.CHANGE, text.strip()
+        for prefix, k in _PREFIXES:
+            if body.startswith(prefix):
+                kind, body = k, body[len(prefix) :]
+                break
+        key, eq, raw = body.partition("=")
+        key = key.strip()
+        if not eq and kind is not OverrideKind.REMOVE:
+            raise ManifestError(f"override '{text}' has no '=value'.", hint=GRAMMAR_HINT)
+        if not key or any(not seg for seg in key.split(".")):
+            raise ManifestError(f"override '{text}' has an empty key.", hint=GRAMMAR_HINT)
+        value = None
+        if eq:
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else None
+            except yaml.YAMLError as exc:
+                raise ManifestError(
+                    f"override '{text}': cannot parse the value as YAML "
+                    f"({exc.__class__.__name__}).",
+                    hint="Quote strings with special characters: key='a: b'.",
+                ) from None
+        return cls(kind=kind, key=key, value=value, has_value=bool(eq), text=text)
+
+    @property
+    def segments(self) -> list[str]:
+        """The key split at its dots."""
+        return self.key.split(".")
+
+    @property
+    def value_text(self) -> str:
+        """The value as written (``VALUE`` when there is none), for error messages."""
+        return self.text.partition("=")[2] if self.has_value else "VALUE"
+
+    def sets(self, key: str) -> bool:
+        """True when this override gives ``key`` a value (change or add, not remove)."""
+        return self.key == key and self.kind is not OverrideKind.REMOVE
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_overrides(overrides: Iterable[str | Override]) -> tuple[Override, ...]:
+    """Overrides as :class:`Override` objects, in order (parsed ones are kept as they are)."""
+    return tuple(o if isinstance(o, Override) else Override.parse(o) for o in overrides or ())
 
 
 def _resolve_index(container: list, seg: str) -> int | None:
@@ -91,7 +144,7 @@ def _not_found(text: str, key: str, value_text: str, data: dict) -> ManifestErro
 
 def apply_one(
     data: dict,
-    text: str,
+    override: Override,
     touched: dict[KeyPath, str] | None = None,
     lines: dict[KeyPath, int] | None = None,
 ) -> None:
@@ -100,9 +153,10 @@ def apply_one(
     ``lines`` (key path -> source line) is kept in step when list items are
     inserted or removed, so later errors still point at the right line.
     """
-    op, segs, value, has_value = _parse(text)
-    key = ".".join(segs)
-    value_text = text.partition("=")[2] if has_value else "VALUE"
+    op, segs, text = override.kind, override.segments, override.text
+    # a copy: one override may be applied to several manifests (a bandwidth sweep's runs)
+    value, has_value = copy.deepcopy(override.value), override.has_value
+    key, value_text = override.key, override.value_text
     node: Any = data
     path: list = []
     for depth, seg in enumerate(segs):
@@ -125,7 +179,7 @@ def apply_one(
                     (touched, lines),
                 )
             if not exists:
-                if op in ("add", "force"):
+                if op in (OverrideKind.ADD, OverrideKind.FORCE_ADD):
                     node[seg] = {}
                 else:
                     raise _not_found(text, key, value_text, data)
@@ -188,20 +242,21 @@ def _shift(maps: tuple, list_path: KeyPath, index: int, delta: int) -> None:
 def _finish(data, node, k, exists, op, value, has_value, text, key, value_text, path, maps) -> None:
     touched = maps[0]
     full = tuple(path) + (k,)
-    if isinstance(node, list) and (op == "remove" or not exists):
-        _shift(maps, tuple(path), k, -1 if op == "remove" else +1)
-    if op == "set":
+    remove = op is OverrideKind.REMOVE
+    if isinstance(node, list) and (remove or not exists):
+        _shift(maps, tuple(path), k, -1 if remove else +1)
+    if op is OverrideKind.CHANGE:
         if not exists:
             raise _not_found(text, key, value_text, data)
         node[k] = value
-    elif op == "add":
+    elif op is OverrideKind.ADD:
         if exists:
             raise ManifestError(
                 f"Could not add '{key}': it already exists. To change it use {key}={value_text}",
                 hint=f"from override '{text}'; ++{key}=... adds or changes.",
             )
         _put(node, k, value, text, key)
-    elif op == "force":
+    elif op is OverrideKind.FORCE_ADD:
         if exists:
             node[k] = value
         else:
@@ -217,7 +272,7 @@ def _finish(data, node, k, exists, op, value, has_value, text, key, value_text, 
                 hint=f"from override '{text}'",
             )
         del node[k]
-    if touched is not None and op != "remove":  # a removed key cannot be the culprit later
+    if touched is not None and not remove:  # a removed key cannot be the culprit later
         touched[full] = text
 
 
@@ -234,9 +289,9 @@ def _put(node, k, value, text, key) -> None:
         node[k] = value
 
 
-def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
+def apply_overrides(data: dict, overrides: Iterable[str | Override]) -> dict:
     """Return a copy of ``data`` with ``overrides`` applied in order (see module docs)."""
     out = copy.deepcopy(data)
-    for text in overrides:
-        apply_one(out, text)
+    for override in parse_overrides(overrides):
+        apply_one(out, override)
     return out

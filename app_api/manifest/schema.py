@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app_api.manifest.errors import KeyPath
-from app_api.manifest.units import parse_bandwidth
+from app_api.units import parse_rate
+from experiment_design.constants import CODECS, FILTERS, SPLIT_MODES
+from experiment_design.errors import TracrError
 
 REQUIRED: Any = object()
-CODECS = ("none", "zstd", "lz4", "lz4hc", "blosclz", "zlib")
-FILTERS = ("none", "shuffle", "bitshuffle")
-SPLIT_MODES = ("auto", "graph", "hooks")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _TYPE_WORDS = {
     "str": "a string",
@@ -81,9 +80,9 @@ def _rate_check(v: Any) -> str | None:
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         return f"must be a rate such as '4MB/s' or '100Mbit', not {_describe(v)}"
     try:
-        parse_bandwidth(v)
-    except ValueError as exc:
-        return str(exc)
+        parse_rate(v)
+    except TracrError as exc:
+        return f"{exc.message} ({exc.hint})" if exc.hint else exc.message
     return None
 
 

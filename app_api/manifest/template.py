@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
+from app_api.manifest.errors import ManifestError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TEMPLATE = """\
 # Experiment manifest for tracr. Run it with:  tracr experiment run {name}
 # Try a change without editing this file:     tracr experiment run {name} --set run.warmup=5
@@ -78,3 +85,30 @@ evaluate:
 def new_manifest_text(name: str) -> str:
     """A commented manifest for experiment ``name`` that validates as written."""
     return _TEMPLATE.format(name=name)
+
+
+def write_new_manifest(name: str, folder: str | os.PathLike = "manifests",
+                       force: bool = False) -> Path:
+    """Write ``folder/NAME.yaml`` from the template and return its path.
+
+    A name that is not a plain file stem, or an existing file without ``force``,
+    raises :class:`ManifestError` (exit code 2).
+    """
+    if not _NAME.match(name) or name.endswith((".yaml", ".yml")):
+        raise ManifestError(
+            f"'{name}' is not a valid experiment name",
+            hint="Use letters, digits, '-', '_' and '.', without the .yaml suffix.",
+        )
+    path = Path(folder) / f"{name}.yaml"
+    if path.exists() and not force:
+        raise ManifestError(f"{_rel(path)} already exists", hint="Pass --force to overwrite it.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new_manifest_text(name), encoding="utf-8")
+    return path
+
+
+def _rel(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)

@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import json
 import logging
-import re
+import os
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from app_api.runner.observer import RunResult
+from app_api.results import new_run_id, results_root
+from app_api.runner import network
+from app_api.runner.observer import RunResult, run_experiment
+from app_api.runner.plan import SWEEP, RunPlan
+from app_api.units import parse_rate
 from experiment_design.errors import TracrError
 
 log = logging.getLogger(__name__)
@@ -32,16 +37,8 @@ GROUP_FILE = "group.json"
 GroupResult = RunResult
 
 
-def bandwidth_dir_name(bandwidth: str) -> str:
-    """A directory name for a rate: ``4MB/s`` -> ``bw-4MBps``, ``100Mbit`` -> ``bw-100Mbit``."""
-    text = str(bandwidth).strip().replace("/s", "ps").replace("/", "p")
-    return "bw-" + re.sub(r"[^A-Za-z0-9._-]+", "_", text)
-
-
 def group_row(bandwidth: str, summary: dict | None, run_dir: Path, group_dir: Path) -> dict:
     """One table row of a group from one run's summary."""
-    from app_api.manifest import parse_bandwidth
-
     s = summary or {}
     lab = ((s.get("network") or {}).get("lab")) or {}
     parts = {}
@@ -55,7 +52,7 @@ def group_row(bandwidth: str, summary: dict | None, run_dir: Path, group_dir: Pa
         rel = str(run_dir)
     return {
         "bandwidth": bandwidth,
-        "bandwidth_Bps": parse_bandwidth(bandwidth),
+        "bandwidth_Bps": parse_rate(bandwidth),
         "measured_Bps": lab.get("bandwidth_Bps"),
         "rtt_ms": lab.get("rtt_ms"),
         "run": rel,
@@ -84,16 +81,13 @@ def load_group(path: str | Path) -> dict | None:
         return None
 
 
-def run_bandwidths(manifest: Any, bandwidths: list[str], out_dir=None, progress: bool = True,
-                   say=lambda m: None) -> GroupResult:
-    """Run ``manifest`` once per rate over the reshaped lab link; write the group summary."""
-    import time
-
-    from app_api.manifest import load_manifest
-    from app_api.results import new_run_id, results_root
-    from app_api.runner import network
-    from app_api.runner.observer import run_experiment
-
+def run_bandwidths(plan: RunPlan, out_dir: str | os.PathLike | None = None,
+                   progress: bool = True,
+                   say: Callable[[str], None] = lambda m: None) -> GroupResult:
+    """Run a sweep plan's runs, each over the reshaped lab link; write the group summary."""
+    if plan.kind != SWEEP:
+        raise ValueError(f"run_bandwidths() runs a sweep plan, not a {plan.kind} one")
+    manifest = plan.manifest
     network.check_lab_participants(manifest)
     group_id = new_run_id()
     group_dir = Path(out_dir) if out_dir else results_root() / manifest.name / group_id
@@ -103,28 +97,26 @@ def run_bandwidths(manifest: Any, bandwidths: list[str], out_dir=None, progress:
         "experiment": manifest.name,
         "group_id": group_id,
         "model": (manifest.model or {}).get("name"),
-        "bandwidths": list(bandwidths),
-        "overrides": list(manifest.overrides or []),
+        "bandwidths": plan.bandwidths,
+        "overrides": manifest.overrides,
         "status": "running",
         "rows": [],
         "errors": [],
     }
     write_group(group_dir, doc)
-    delay = (manifest.network or {}).get("delay_ms")
     errors: list[str] = []
     t0 = time.perf_counter()
     status = "failed"
     try:
         with network.keep_shaping(say=say) as before:
             doc["lab_shaping_before"] = before
-            for bw in bandwidths:
-                sub = load_manifest(str(manifest.path), [
-                    *list(manifest.overrides or []),
-                    f"network.bandwidth={bw}", "network.bandwidths=null"])
-                run_dir = group_dir / bandwidth_dir_name(bw)
+            for run in plan.runs:
+                bw = run.bandwidth
+                run_dir = group_dir / run.subdir
                 say(f"bandwidth {bw}: shaping the lab link and running {manifest.name}")
-                report = network.apply(bw, delay, say=say)
-                res = run_experiment(sub, out_dir=run_dir, progress=progress, lab_link=report)
+                report = network.apply(bw, run.delay_ms, say=say)
+                res = run_experiment(run.manifest, out_dir=run_dir, progress=progress,
+                                     facts=network.lab_facts(run.manifest, link=report))
                 doc["rows"].append(group_row(bw, res.summary, run_dir, group_dir))
                 errors += [f"{bw}: {e}" for e in res.errors]
                 write_group(group_dir, doc)
@@ -143,8 +135,6 @@ def run_bandwidths(manifest: Any, bandwidths: list[str], out_dir=None, progress:
 
 
 def _safe_shaping() -> dict | None:
-    from app_api.runner import network
-
     try:
         return network.current_shaping()
     except Exception:  # the lab may be gone; the group summary must still be written

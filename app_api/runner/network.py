@@ -9,46 +9,34 @@ measured report goes into ``summary.json`` under ``network.lab``. The lab's
 shaping from before the run is put back afterwards, whatever happened.
 
 ``network.bandwidths: [1MB/s, 4MB/s, ...]`` runs one experiment per rate
-(:mod:`app_api.runner.bandwidths`). A ``--set network.bandwidth=...`` on the
-command line wins over a list in the file: one run at that rate.
+(:mod:`app_api.runner.bandwidths`). Which of these a run is, is decided by
+:func:`app_api.runner.plan.plan_runs`.
+
+This module is also where the lab's facts about a run's hosts are gathered
+(:func:`lab_facts`) and handed to the observer, which never asks the lab itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from app_api import lab
+from app_api.lab.cgroup import PERIOD_US
+from app_api.runner.facts import LabFacts
+from app_api.runner.observer import RunResult, run_experiment
+from app_api.runner.plan import PlannedRun
 from experiment_design.errors import TracrError
 
 log = logging.getLogger(__name__)
 
 
-def _set_by_override(overrides: list[str], key: str) -> bool:
-    return any(o.lstrip("+").split("=", 1)[0].strip() == key for o in overrides or [])
-
-
-def requested_bandwidths(manifest: Any) -> list[str] | None:
-    """The rates this run asks for: None (no shaping), one rate, or the list to loop over."""
-    net = dict(manifest.network or {})
-    overrides = list(manifest.overrides or [])
-    single, many = net.get("bandwidth"), net.get("bandwidths")
-    if single not in (None, "") and _set_by_override(overrides, "network.bandwidth") \
-            and not _set_by_override(overrides, "network.bandwidths"):
-        return [str(single)]
-    if many:
-        return [str(b) for b in many]
-    if single not in (None, ""):
-        return [str(single)]
-    return None
-
-
 def lab_hosts() -> list[str]:
     """Names of the hosts of the lab that is up ([] when none)."""
-    from app_api.lab import load_state
-
-    state = load_state() or {}
+    state = lab.load_state() or {}
     return [h["name"] for h in state.get("hosts") or []]
 
 
@@ -87,17 +75,13 @@ def check_lab_participants(manifest: Any) -> list[str]:
 
 def current_shaping() -> dict:
     """The lab's shaping now: ``{"bandwidth": str|None, "delay_ms": float|None}``."""
-    from app_api.lab import link_report
-
-    conf = (link_report() or {}).get("configured") or {}
+    conf = (lab.link_report() or {}).get("configured") or {}
     return {"bandwidth": conf.get("bandwidth"), "delay_ms": conf.get("delay_ms")}
 
 
 def apply(bandwidth: str | None, delay_ms: float | None, say=lambda m: None) -> dict:
     """Shape the lab link and return its measured ``link_report()`` (plus what was asked)."""
-    from app_api.lab import shape
-
-    report = shape(bandwidth=bandwidth, delay_ms=delay_ms, verify=True, say=say)
+    report = lab.shape(bandwidth=bandwidth, delay_ms=delay_ms, verify=True, say=say)
     report = dict(report or {})
     report["requested"] = {"bandwidth": bandwidth, "delay_ms": delay_ms}
     asked = report.get("configured", {}).get("bandwidth_Bps")
@@ -138,21 +122,69 @@ def keep_shaping(say=lambda m: None) -> Iterator[dict]:
 def restore(before: dict, say=lambda m: None) -> None:
     """Put back a shaping captured by :func:`current_shaping` (re-measured, so
     ``tracr lab ls`` shows the restored link's figures again)."""
-    from app_api.lab import shape
-
     if current_shaping() == before:
         return
-    shape(bandwidth=before.get("bandwidth"), delay_ms=before.get("delay_ms"), verify=True,
+    lab.shape(bandwidth=before.get("bandwidth"), delay_ms=before.get("delay_ms"), verify=True,
           say=say)
     say(f"lab link restored to {before.get('bandwidth') or 'unshaped'}")
 
 
-def run_shaped(manifest: Any, bandwidth: str, out_dir=None, progress: bool = True,
-               say=lambda m: None):
-    """One run over a lab link shaped to ``bandwidth``; returns the observer's RunResult."""
-    from app_api.runner.observer import run_experiment
+def lab_facts(manifest: Any, link: dict | None = None) -> LabFacts:
+    """What the lab knows about ``manifest``'s hosts: CPU quotas and the link report.
 
-    check_lab_participants(manifest)
-    delay = (manifest.network or {}).get("delay_ms")
-    with shaped(bandwidth, delay, say=say) as report:
-        return run_experiment(manifest, out_dir=out_dir, progress=progress, lab_link=report)
+    ``link`` is the report measured when the link was just (re)shaped; without one,
+    the lab's current report is recorded when any participant runs on a lab host.
+    Off the lab (or where the lab cannot exist) the facts are empty.
+    """
+    devices = {inst.get("device") for inst in manifest.participant_instances}
+    if devices <= {"localhost"} and link is None:
+        return LabFacts()
+    try:
+        report = lab.link_report() or {}
+    except Exception:  # no lab support on this machine: nothing to record
+        return LabFacts(link=link)
+    if link is None and devices & set(report.get("hosts") or []):
+        link = report
+    quotas = {dev: q for dev in devices if (q := _cpu_quota(report, dev))}
+    return LabFacts(link=link, cpu_quotas=quotas)
+
+
+def lab_quota(device: str) -> dict | None:
+    """The CPU quota the lab that is up put on ``device``, or None (no lab, no quota)."""
+    try:
+        report = lab.link_report() or {}
+    except Exception:  # no lab (or not Linux): nothing to add
+        return None
+    return _cpu_quota(report, device)
+
+
+def _cpu_quota(report: dict, device: str) -> dict | None:
+    """The CPU quota the lab put on ``device`` (``{quota_ms, period_ms, fraction, source}``).
+
+    A participant reads its CFS quota from /sys/fs/cgroup; inside a lab host
+    (``ip netns exec`` mounts a fresh /sys) that is not visible, but the lab knows
+    what it configured.
+    """
+    cpu = ((report.get("cpu") or {}).get(device)) or {}
+    quota = cpu.get("quota")
+    if not quota:
+        return None
+    period_ms = float(cpu.get("period_us") or PERIOD_US) / 1000
+    return {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
+            "fraction": float(quota), "source": "lab"}
+
+
+def run_plain(run: PlannedRun, out_dir: str | os.PathLike | None = None,
+              progress: bool = True) -> RunResult:
+    """One run over the link as it is (the lab's report is recorded when on the lab)."""
+    return run_experiment(run.manifest, out_dir=out_dir, progress=progress,
+                          facts=lab_facts(run.manifest))
+
+
+def run_shaped(run: PlannedRun, out_dir: str | os.PathLike | None = None,
+               progress: bool = True, say: Callable[[str], None] = lambda m: None) -> RunResult:
+    """One run over a lab link shaped to ``run.bandwidth``; the old shaping is put back."""
+    check_lab_participants(run.manifest)
+    with shaped(run.bandwidth, run.delay_ms, say=say) as report:
+        return run_experiment(run.manifest, out_dir=out_dir, progress=progress,
+                              facts=lab_facts(run.manifest, link=report))

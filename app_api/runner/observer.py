@@ -16,7 +16,9 @@ from typing import Any
 
 from app_api.launch import ParticipantHandle, ParticipantSpec, launcher_for
 from app_api.runner.client import ParticipantClient, ParticipantLost
+from app_api.runner.facts import LabFacts
 from app_api.runner.progress import ProgressView
+from app_api.units import parse_rate
 from experiment_design.errors import TracrError
 from experiment_design.protocol import (
     LinkProbe,
@@ -62,7 +64,7 @@ class Observer:
     """Runs one manifest. Use :func:`run_experiment`."""
 
     def __init__(self, manifest: Any, out_dir: str | os.PathLike | None = None,
-                 progress: bool = True, lab_link: dict | None = None) -> None:
+                 progress: bool = True, facts: LabFacts | None = None) -> None:
         from app_api.results import RunWriter
 
         self.m = manifest
@@ -78,8 +80,8 @@ class Observer:
         self.errors: list[str] = []
         self.times: dict[str, float] = {}
         self.extra: dict[str, Any] = {}
-        if lab_link is None:
-            lab_link = _lab_link_of(manifest)
+        self.facts = facts or LabFacts()
+        lab_link = self.facts.link_report()
         if lab_link:
             # the lab link, as configured and as measured when it was (re)shaped
             self.extra["network"] = {"lab": lab_link}
@@ -252,7 +254,7 @@ class Observer:
             if "edge_profile" in needs:
                 from experiment_design.roles.profiling import cold_gap_for
 
-                lab_quota = _lab_quota(self.handles[inst].device)
+                lab_quota = self.facts.cpu_quota(self.handles[inst].device)
                 params = PROFILE_PARAMS
                 if lab_quota:  # the edge cannot see the lab's period: size its cold-pass gaps here
                     params = dataclasses.replace(
@@ -503,30 +505,6 @@ class Observer:
         return RunResult(run_dir=w.dir, summary=summary, ok=ok, errors=list(self.errors))
 
 
-def _lab_quota(device: str) -> dict | None:
-    """The CPU quota the lab put on ``device`` (``{quota_ms, period_ms, fraction, source}``),
-    or None when it is not a lab host or has no quota.
-
-    A participant reads its CFS quota from /sys/fs/cgroup; inside a lab host
-    (``ip netns exec`` mounts a fresh /sys) that is not visible, but the lab knows
-    what it configured.
-    """
-    try:
-        from app_api.lab import link_report
-        from app_api.lab.cgroup import PERIOD_US
-
-        cpu = (((link_report() or {}).get("cpu") or {}).get(device) or {})
-        quota = cpu.get("quota")
-        period_us = cpu.get("period_us") or PERIOD_US
-    except Exception:  # no lab (or not Linux): nothing to add
-        return None
-    if not quota:
-        return None
-    period_ms = float(period_us) / 1000
-    return {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
-            "fraction": float(quota), "source": "lab"}
-
-
 def _with_quota(profile: dict | None, quota: dict | None) -> dict | None:
     """Add ``quota`` (the lab's) to a profile that could not read its own."""
     if isinstance(profile, dict) and quota and not profile.get("cpu_quota"):
@@ -535,28 +513,8 @@ def _with_quota(profile: dict | None, quota: dict | None) -> dict | None:
 
 
 def _bandwidths(network: dict | None) -> list[float]:
-    out = []
-    for bw in (network or {}).get("bandwidths") or []:
-        if isinstance(bw, str):
-            from app_api.manifest import parse_bandwidth
-
-            bw = parse_bandwidth(bw)
-        out.append(float(bw))
-    return out
-
-
-def _lab_link_of(manifest: Any) -> dict | None:
-    """The lab's link report when any participant runs on a lab host, else None."""
-    devices = {inst.get("device") for inst in manifest.participant_instances}
-    if devices <= {"localhost"}:
-        return None
-    try:
-        from app_api.lab import link_report
-
-        report = link_report() or {}
-    except Exception:  # no lab support on this machine: nothing to record
-        return None
-    return report if devices & set(report.get("hosts") or []) else None
+    """The sweep's rates in bytes/s: the partitioners are scored at each of them."""
+    return [parse_rate(bw) for bw in (network or {}).get("bandwidths") or []]
 
 
 def _install_signals(observer: Observer):
@@ -580,10 +538,11 @@ def _restore_signals(old) -> None:
 
 
 def run_experiment(manifest: Any, out_dir: str | os.PathLike | None = None,
-                   progress: bool = True, lab_link: dict | None = None) -> RunResult:
+                   progress: bool = True, facts: LabFacts | None = None) -> RunResult:
     """Run a loaded :class:`app_api.manifest.Manifest` and return its :class:`RunResult`.
 
-    ``lab_link``: the lab's ``link_report()`` taken after shaping, recorded in
-    ``summary.json`` under ``network.lab`` (see :mod:`app_api.runner.network`).
+    ``facts``: what the lab knows about the hosts (its link report, recorded in
+    ``summary.json`` under ``network.lab``, and CPU quotas), gathered by the caller
+    (:func:`app_api.runner.network.lab_facts`); None for none.
     """
-    return Observer(manifest, out_dir=out_dir, progress=progress, lab_link=lab_link).run()
+    return Observer(manifest, out_dir=out_dir, progress=progress, facts=facts).run()

@@ -22,6 +22,7 @@ def test_alexnet_sweep_on_the_lab(cfg):
     from app_api import lab
     from app_api.devices.registry import DeviceRegistry
     from app_api.manifest import load_manifest
+    from app_api.runner.network import lab_facts
     from app_api.runner.observer import Observer
 
     if subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip():
@@ -38,7 +39,9 @@ def test_alexnet_sweep_on_the_lab(cfg):
                 "run.warmup=1",
             ],
         )
-        observer = Observer(manifest, out_dir=cfg / "run", progress=False)
+        observer = Observer(
+            manifest, out_dir=cfg / "run", progress=False, facts=lab_facts(manifest)
+        )
         result = observer.run()
         assert result.ok, result.errors
         # The lab hosts share this filesystem: their /tmp/tracr-* work dirs are visible here.

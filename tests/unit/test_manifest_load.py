@@ -14,7 +14,6 @@ from app_api.manifest import (
     list_manifests,
     load_manifest,
     new_manifest_text,
-    parse_bandwidth,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,14 +159,6 @@ def test_unknown_experiment_lists_the_known_ones():
     assert "Did you mean 'alexnet-sweep'?" in e.value.message
     assert "tracr experiment new" in e.value.hint
     assert e.value.exit_code == 2
-
-
-@pytest.mark.parametrize(
-    "text,bps",
-    [("4MB/s", 4e6), ("100Mbit", 12.5e6), ("1Gbps", 125e6), ("512 kB/s", 512e3), ("1MiB/s", 2**20)],
-)
-def test_parse_bandwidth(text, bps):
-    assert parse_bandwidth(text) == pytest.approx(bps)
 
 
 def test_resolved_yaml_is_plain_yaml(tmp_path):

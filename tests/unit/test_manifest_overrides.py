@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from app_api.manifest import ManifestError, apply_overrides, load_manifest
+from app_api.manifest import (
+    ManifestError,
+    Override,
+    OverrideKind,
+    apply_overrides,
+    load_manifest,
+    parse_overrides,
+)
 
 DATA = {
     "model": {"name": "alexnet", "depth": None},
@@ -110,3 +117,27 @@ def test_override_errors_name_the_file():
         load_manifest("alexnet-sweep", ["run.warmpu=3"])
     assert e.value.message.startswith(e.value.file)
     assert e.value.file.endswith("alexnet-sweep.yaml")
+
+
+@pytest.mark.parametrize(
+    "text, kind, key, value, has_value",
+    [
+        ("a.b=3", OverrideKind.CHANGE, "a.b", 3, True),
+        ("+a.b=[1, 2]", OverrideKind.ADD, "a.b", [1, 2], True),
+        ("++a.b=x", OverrideKind.FORCE_ADD, "a.b", "x", True),
+        ("~a.b", OverrideKind.REMOVE, "a.b", None, False),
+        ("~a.b=null", OverrideKind.REMOVE, "a.b", None, True),
+        ("model.name='a=b'", OverrideKind.CHANGE, "model.name", "a=b", True),
+    ],
+)
+def test_overrides_are_parsed_once_into_objects(text, kind, key, value, has_value):
+    o = Override.parse(text)
+    assert (o.kind, o.key, o.value, o.has_value) == (kind, key, value, has_value)
+    assert str(o) == text and parse_overrides([text, o]) == (o, o)
+
+
+def test_a_loaded_manifest_keeps_its_override_objects():
+    texts = ["run.warmup=2", "participant_instances.edge-1.device=localhost"]
+    m = load_manifest("alexnet-sweep", parse_overrides(texts))
+    assert m.overrides == texts
+    assert [o.key for o in m.parsed_overrides] == ["run.warmup", "participant_instances.edge-1.device"]

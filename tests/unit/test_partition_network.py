@@ -24,7 +24,7 @@ def _manifest(overrides=()):
 
 
 def test_requested_bandwidths_list_single_and_override():
-    from app_api.runner.network import requested_bandwidths
+    from app_api.runner.plan import requested_bandwidths
 
     assert requested_bandwidths(_manifest()) == ["1MB/s", "4MB/s", "16MB/s", "64MB/s"]
     # a bandwidth on the command line wins over the file's list: one run
@@ -52,7 +52,7 @@ def test_cli_refuses_bandwidth_off_lab_with_exit_2(tmp_path):
 
 
 def test_bandwidth_dir_names():
-    from app_api.runner.bandwidths import bandwidth_dir_name
+    from app_api.runner.plan import bandwidth_dir_name
 
     assert bandwidth_dir_name("4MB/s") == "bw-4MBps"
     assert bandwidth_dir_name("100Mbit") == "bw-100Mbit"

@@ -1,9 +1,12 @@
-"""Link rates: parsing what users type (``4MB/s``, ``32Mbit``) and sizing ``tbf``.
+"""Link rates written by people (``4MB/s``, ``32Mbit``, ``100mbps``), read one way everywhere.
 
 Units, stated once so the CLI help can quote them: ``B`` is a byte and ``b``/``bit``
 a bit; ``k``/``M``/``G`` are powers of 1000 (``MB`` = 10^6 bytes), ``Ki``/``Mi``/``Gi``
 powers of 1024. ``bps`` means *bits* per second (``100mbps`` = 12.5 MB/s), unlike
 ``tc``'s own syntax where ``mbps`` means megabytes. A plain number is bytes per second.
+
+The manifest (``network.bandwidth``) and the emulated lab (``tracr lab up --bandwidth``)
+both parse with :func:`parse_rate`; this module imports nothing heavier than the error type.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ ETH_OVERHEAD = 1514 / 1448
 
 def parse_rate(text: str | int | float) -> float:
     """Bytes per second for a rate such as ``4MB/s``, ``32Mbit``, ``100mbps`` or ``4000000``.
+
+    A rate that cannot be read raises :class:`TracrError` (exit code 2) whose hint
+    says how to write one.
 
     >>> parse_rate("4MB/s"), parse_rate("32Mbit"), parse_rate("100mbps")
     (4000000.0, 4000000.0, 12500000.0)
@@ -82,40 +88,6 @@ def format_rate(bytes_per_s: float | None) -> str:
             )
             return f"{bytes_per_s / div:.3g} {name} ({bits / bdiv:.3g} {bname})"
     raise AssertionError("unreachable")
-
-
-#: Bytes the shaper may queue. Deep enough that TCP never loses a packet to it: Linux
-#: lets one flow have at most its send buffer in flight (``tcp_wmem`` max, 4 MiB by
-#: default), so every request-response transfer fits, for a few flows at once.
-QUEUE_BYTES = 16 << 20
-
-
-def tbf_params(rate_Bps: float, *, mtu: int = 1500, queue_bytes: int = QUEUE_BYTES) -> dict:
-    """Parameters for a ``tbf`` qdisc shaping to ``rate_Bps`` (bytes/s on the wire).
-
-    ``burst`` (the bucket) is 2 ms worth of traffic but never less than 4 full frames.
-    The bucket refills while the link idles and is then sent at line rate, so a big
-    bucket would make every small tensor transfer look faster than the configured rate;
-    2 ms keeps that error small while TCP still reaches ~95% of the rate in payload.
-    ``limit`` (the queue) is one bucket plus ``queue_bytes``, so a transfer takes
-    bytes / rate however large it is. With a shallow queue (50 ms of traffic) the tail
-    of every transfer larger than the queue was dropped and TCP recovered by
-    retransmission timeout (>= 200 ms): on a 1 MB/s link a 62 KB tensor took 200 ms
-    instead of 63 ms, and the time stopped growing with the bytes.
-    Returned as integers plus the ready ``tc`` argument list.
-    """
-    if not rate_Bps > 0:
-        raise TracrError(f"cannot shape to a rate of {rate_Bps} bytes/s")
-    frame = mtu + 14
-    burst = max(4 * frame, int(rate_Bps * 0.002))
-    limit = burst + max(2 * frame, int(queue_bytes))
-    rate_bit = int(round(rate_Bps * 8))
-    return {
-        "rate_bit": rate_bit,
-        "burst": burst,
-        "limit": limit,
-        "args": ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), "limit", str(limit)],
-    }
 
 
 def _bad(text: str, hint: str | None = None) -> TracrError:

@@ -1,10 +1,10 @@
-"""Rate parsing and tbf sizing for the emulated lab."""
+"""Reading link rates (the one parser the manifest and the lab share) and printing them."""
 
 from __future__ import annotations
 
 import pytest
 
-from app_api.lab.rates import format_rate, parse_rate, tbf_params
+from app_api.units import format_rate, parse_rate
 from experiment_design.errors import TracrError
 
 
@@ -53,23 +53,9 @@ def test_format_rate_names_both_units():
     assert format_rate(None) == "-"
 
 
-def test_tbf_params_for_4MBps():
-    p = tbf_params(4e6)
-    assert p["rate_bit"] == 32_000_000
-    assert p["burst"] == 8_000  # 2 ms of traffic
-    assert p["limit"] == 8_000 + 16 * 2**20  # bucket + a queue TCP never overflows
-    assert p["args"] == ["tbf", "rate", "32000000bit", "burst", "8000", "limit", "16785216"]
-
-
-def test_tbf_params_slow_link_keeps_whole_frames():
-    p = tbf_params(10_000)  # 80 kbit/s: 2 ms would be 20 bytes, less than one frame
-    assert p["burst"] >= 4 * 1514
-    assert p["limit"] >= p["burst"] + 2 * 1514
-
-
-def test_tbf_params_scale_with_rate():
-    slow, fast = tbf_params(1e6), tbf_params(100e6)
-    assert fast["burst"] > slow["burst"] and fast["limit"] > slow["limit"]
-    assert tbf_params(1e6, queue_bytes=0)["limit"] == slow["burst"] + 2 * 1514
-    with pytest.raises(TracrError):
-        tbf_params(0)
+@pytest.mark.parametrize(
+    "text,bps",
+    [("4MB/s", 4e6), ("100Mbit", 12.5e6), ("1Gbps", 125e6), ("512 kB/s", 512e3), ("1MiB/s", 2**20)],
+)
+def test_parse_bandwidth(text, bps):
+    assert parse_rate(text) == pytest.approx(bps)
