@@ -10,7 +10,7 @@ validating a manifest does not load torchvision otherwise.
 from __future__ import annotations
 
 # The dataset registry moves to experiment_design.datasets; switching is this one line.
-import MyDatasets as dataset_registry
+import experiment_design.datasets as dataset_registry
 from app_api.devices.registry import LOCALHOST, DeviceRegistry
 from experiment_design.constants import TORCHVISION_PREFIX
 from experiment_design.models import list_models

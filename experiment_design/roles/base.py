@@ -212,28 +212,18 @@ class ParticipantService(rpyc.Service):
 
     def _place_model(self, config: dict) -> Any:
         """Move the model to ``settings.device`` (cpu default; cuda / auto where available)."""
-        import torch
-
         want = str((config.get("settings") or {}).get("device") or config.get("device") or "cpu")
-        if want == "auto":
-            want = "cuda" if torch.cuda.is_available() else "cpu"
-        if want.startswith("cuda") and not torch.cuda.is_available():
-            raise TracrError(f"{self.instance}: device '{want}' requested but CUDA is not available",
-                             hint="use settings.device: cpu (or auto)")
-        dev = torch.device(want)
-        if dev.type != "cpu":
-            self.split_model.model.to(dev)
-            gm = getattr(self.split_model.engine, "gm", None)
-            if gm is not None:
-                gm.to(dev)
-        return dev
+        try:
+            return self.split_model.to(want).device
+        except TracrError as exc:
+            raise TracrError(f"{self.instance}: {exc}", hint=exc.hint) from None
 
     def _load_inputs(self, config: dict, model: dict) -> list[tuple[Any, Any, str]]:
         """Preload every dataset item (batched) so no I/O happens while measuring."""
         import torch
 
+        from experiment_design.datasets import create_dataset
         from experiment_design.models import get_model_spec
-        from MyDatasets import create_dataset
 
         ds_cfg = config["dataset"]
         spec = get_model_spec(model["name"])

@@ -87,6 +87,24 @@ sys.exit(code)
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.parametrize("name", ["alexnet-sweep", "resnet18-sweep"])
+def test_show_output_loads_back(name, tmp_path, capsys):
+    assert tracr("experiment", "show", name) == 0
+    p = tmp_path / "copy.yaml"
+    p.write_text(capsys.readouterr().out)
+    assert load_manifest(str(p)).raw == load_manifest(name).raw
+
+
+VALIDATE_PROBE = """
+import sys
+import app
+code = app.main(["experiment", "validate", sys.argv[1]])
+print(",".join(m for m in ("torch", "torchvision") if m in sys.modules))
+sys.exit(code)
+"""
+REPO = Path(__file__).resolve().parents[2]
+
+
 def _model_listing_loads_torch() -> bool:
     """Whether ``experiment_design.models`` itself still imports torch (its listing is being
     made torch-free in the registry work); until then validate cannot be torch-free."""
