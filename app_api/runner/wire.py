@@ -1,0 +1,42 @@
+"""Wire phase: connect each participant to the partners its role declares, matched by role."""
+
+from __future__ import annotations
+
+from app_api.runner.compat import check_plans
+from app_api.runner.state import RunState
+from experiment_design.errors import TracrError
+from experiment_design.protocol import PartnerAddress, Wiring
+from experiment_design.roles import get_role, role_is
+
+
+def wire(state: RunState) -> None:
+    """Hand every participant the data addresses of its partners (never by instance name)."""
+    for inst, role in state.roles.items():
+        cls = get_role(role)
+        wiring = Wiring()
+        for slot, want in cls.partners.items():
+            peers = [p for p, r in state.roles.items() if p != inst and role_is(get_role(r), want)]
+            if not peers:
+                raise TracrError(
+                    f"{inst} (role {role}) needs a '{want}' partner for '{slot}', and the "
+                    "manifest has none.",
+                    hint=f"add a participant instance whose role is {want} (or a subclass)",
+                )
+            wiring.partners[slot] = [partner_address(state, inst, p) for p in peers]
+            state.pairs.extend((inst, p) for p in peers)
+        if wiring.partners:
+            check_plans(state.infos, state.pairs)
+            state.client(inst).connect_partners(wiring)
+
+
+def partner_address(state: RunState, inst: str, peer: str) -> PartnerAddress:
+    """Where ``inst`` reaches ``peer``'s data server: a wildcard or a loopback address on
+    another device is replaced by the host the observer reached that device at."""
+    addr = state.client(peer).data_address()
+    if addr is None:
+        raise TracrError(f"{peer} (role {state.roles[peer]}) has no data server")
+    host = addr.host
+    far = state.handles[peer].device != state.handles[inst].device
+    if host in ("0.0.0.0", "::") or (far and host in ("127.0.0.1", "::1")):
+        host = state.handles[peer].data_host or "127.0.0.1"
+    return PartnerAddress(instance=peer, host=host, port=addr.port)
