@@ -18,11 +18,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         module = importlib.import_module(f"app_api.bench.{name}")
         if hasattr(module, "add_arguments"):
             module.add_arguments(bp)
-        bp.set_defaults(func=_run, bench_name=name)
+        bp.set_defaults(func=cmd_run, bench_name=name)
     p.set_defaults(func=lambda args: p.print_help())
 
 
-def _run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     module = importlib.import_module(f"app_api.bench.{args.bench_name}")
     result = module.run(args)
     if args.json:

@@ -119,7 +119,7 @@ def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[str, str]:
 
 def test_experiment_run_over_ssh(loopback_sshd, registry, tmp_path):
     from app_api.results import read_csv
-    from tests.integration.test_runtime_run import reference_outputs
+    from tests.integration.test_runner_run import reference_outputs
 
     out = tmp_path / "run"
     proc = start_observer(registry, out)
