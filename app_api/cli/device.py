@@ -180,7 +180,13 @@ def _rows(devices) -> list[dict]:
 
 def _print_table(devices, detail: bool = False) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from app_api.runner.progress import printable
+
+    def cell(text) -> str:  # what a device reported is shown, never obeyed (markup, escapes)
+        return escape(printable(text))
 
     colours = {"ok": "green", "never checked": "dim"}
     table = Table(title="tracr devices")
@@ -189,15 +195,16 @@ def _print_table(devices, detail: bool = False) -> None:
     for row in _rows(devices):
         colour = colours.get(row["status"], "red")
         table.add_row(
-            row["name"], f"[{colour}]{row['status']}[/{colour}]", row["address"], row["python"],
-            row["detail"], ",".join(row["tags"]), row["checked_at"] or "",
+            cell(row["name"]), f"[{colour}]{cell(row['status'])}[/{colour}]", cell(row["address"]),
+            cell(row["python"]), cell(row["detail"]), cell(",".join(row["tags"])),
+            cell(row["checked_at"] or ""),
         )  # fmt: skip
     Console().print(table)
     if detail:
         for d in devices:
             err = (d.last_check or {}).get("error")
             if err and (d.last_check or {}).get("status") != "ok":
-                print(f"\n{d.name}: {d.last_check['status']}\n{err}", file=sys.stderr)
+                print(f"\n{d.name}: {d.last_check['status']}\n{printable(err)}", file=sys.stderr)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
