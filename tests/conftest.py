@@ -1,4 +1,4 @@
-"""Shared fixtures and the skip rules for SSH and lab tests."""
+"""Shared fixtures and the skip rules for SSH, lab and soak tests."""
 
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def pytest_collection_modifyitems(config, items):
     need_ssh = any("ssh" in item.keywords or "lab" in item.keywords for item in items)
     sshd = _sshd_path() if need_ssh else None
     netns = _netns_ok() if any("lab" in item.keywords for item in items) else False
+    soak = "soak" in (config.getoption("markexpr") or "") or bool(os.environ.get("TRACR_SOAK"))
     for item in items:
+        if "soak" in item.keywords and not soak:
+            item.add_marker(pytest.mark.skip(reason="soak test: run with -m soak or TRACR_SOAK=1"))
         if "ssh" in item.keywords and not sshd:
             item.add_marker(pytest.mark.skip(reason="no sshd (apt-get install openssh-server)"))
         if "lab" in item.keywords and not (netns and sshd):
@@ -47,6 +50,8 @@ def pytest_configure(config):
     """Keep the whole session away from the user's real device registry and results."""
     import tempfile
 
+    # until pyproject's markers list it (tests/integration/test_soak.py)
+    config.addinivalue_line("markers", "soak: long soak run in the lab (skipped unless -m soak)")
     cfg = Path(tempfile.mkdtemp(prefix="tracr-test-config-"))
     config._tracr_config_dir = cfg
     os.environ["TRACR_CONFIG_DIR"] = str(cfg)

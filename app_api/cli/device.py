@@ -33,11 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--data-host", help="address partners use for the data path (default: --host)")
     pp.add_argument("--description", help="free text")
     pp.add_argument("--tag", action="append", dest="tags", help="a tag (repeatable)")
-    pp.add_argument("--yes", action="store_true", help="answer yes (e.g. to creating a key pair)")
+    pp.add_argument(
+        "--yes", action="store_true",
+        help="answer yes to creating a key pair (not to trusting a host key)",
+    )  # fmt: skip
     pp.add_argument(
         "--password-stdin", action="store_true", help="read the SSH password from stdin"
     )
     pp.add_argument("--rekey", action="store_true", help="accept and record a changed host key")
+    pp.add_argument(
+        "--accept-new-host-key", action="store_true",
+        help="trust a new device's host key without asking (compare the fingerprint shown "
+        "with the device's own first); without it tracr asks, or refuses when it cannot ask",
+    )  # fmt: skip
     pp.set_defaults(func=cmd_pair)
 
     cp = cmds.add_parser(
@@ -114,6 +122,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
         name=args.name, host=args.host, user=args.user, port=args.port, key=args.key,
         python=args.python, data_host=args.data_host, description=args.description,
         tags=args.tags, yes=args.yes, rekey=args.rekey, password=password,
+        accept_new_host_key=args.accept_new_host_key,
         ask=_ask_yes if interactive else None, ask_password=ask_password if interactive else None,
     )  # fmt: skip
     dev = pair(req)
@@ -171,7 +180,13 @@ def _rows(devices) -> list[dict]:
 
 def _print_table(devices, detail: bool = False) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from app_api.runner.progress import printable
+
+    def cell(text) -> str:  # what a device reported is shown, never obeyed (markup, escapes)
+        return escape(printable(text))
 
     colours = {"ok": "green", "never checked": "dim"}
     table = Table(title="tracr devices")
@@ -180,15 +195,16 @@ def _print_table(devices, detail: bool = False) -> None:
     for row in _rows(devices):
         colour = colours.get(row["status"], "red")
         table.add_row(
-            row["name"], f"[{colour}]{row['status']}[/{colour}]", row["address"], row["python"],
-            row["detail"], ",".join(row["tags"]), row["checked_at"] or "",
+            cell(row["name"]), f"[{colour}]{cell(row['status'])}[/{colour}]", cell(row["address"]),
+            cell(row["python"]), cell(row["detail"]), cell(",".join(row["tags"])),
+            cell(row["checked_at"] or ""),
         )  # fmt: skip
     Console().print(table)
     if detail:
         for d in devices:
             err = (d.last_check or {}).get("error")
             if err and (d.last_check or {}).get("status") != "ok":
-                print(f"\n{d.name}: {d.last_check['status']}\n{err}", file=sys.stderr)
+                print(f"\n{d.name}: {d.last_check['status']}\n{printable(err)}", file=sys.stderr)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""Pair a device: key pair, host key (trust on first use), public key install, probe, save."""
+"""Pair a device: key pair, host key (shown and asked about), public key install, probe, save."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class PairRequest:
     tags: list[str] | None = None
     yes: bool = False
     rekey: bool = False
+    accept_new_host_key: bool = False  # trust a device's first host key without asking
     password: str | None = None
     ask: Callable[[str], bool] | None = None  # yes/no question; None => non-interactive
     ask_password: Callable[[str], str] | None = None
@@ -93,20 +94,53 @@ def _ensure_key(dev: Device, req: PairRequest) -> Device:
 
 
 def _record_host_key(dev: Device, req: PairRequest) -> None:
+    """Check the device's host key against the recorded one; a new key is trusted only if asked.
+
+    Runs before any login: the password (if one is needed) goes only to a host whose key
+    the user accepted, because every later ssh checks it strictly.
+    """
     scanned = ssh.keyscan(dev.host, dev.port)
     recorded = ssh.recorded_host_keys(dev)
     keyset = {ln.split(" ", 1)[1] for ln in scanned}
-    if recorded and not keyset & {ln.split(" ", 1)[1] for ln in recorded}:
+    where = f"{dev.host}:{dev.port}"
+    if recorded and keyset & {ln.split(" ", 1)[1] for ln in recorded}:
+        # Known and unchanged. Other key types the scan found are not added: nobody
+        # was asked about them.
+        for fp in ssh.fingerprints([ln for ln in scanned if ln in recorded] or recorded):
+            req.say(f"host key of {where} (recorded): {fp}")
+        return
+    prints = ssh.fingerprints(scanned)
+    if recorded:
         if not req.rekey:
             raise TracrError(
                 f"host key for {dev.name} changed; if expected, run "
                 f"`tracr device pair --name {dev.name} --rekey`",
                 hint="A changed host key can mean a reinstall, or an attack; tracr will not connect.",
             )
-        req.say(f"replacing the recorded host key of {dev.name}")
-    for fp in ssh.fingerprints(scanned):
-        req.say(f"host key of {dev.host}:{dev.port}: {fp}")
-    ssh.record_host_keys(dev, scanned, replace=req.rekey or not recorded)
+        req.say(f"replacing the recorded host key of {dev.name} (--rekey)")
+    else:
+        req.say(f"the authenticity of host {where} can't be established.")
+    for fp in prints:
+        req.say(f"host key of {where}: {fp}")
+    if not recorded and not (req.accept_new_host_key or req.rekey):
+        _ask_to_trust(dev, req, where, prints)
+    ssh.record_host_keys(dev, scanned, replace=True)
+
+
+def _ask_to_trust(dev: Device, req: PairRequest, where: str, prints: list[str]) -> None:
+    """Ask whether to trust a new host key (as OpenSSH does); non-interactive: refuse."""
+    check = "Compare it with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the device"
+    if req.ask is None:
+        raise TracrError(
+            f"the host key of {dev.name} ({where}) is not known yet: {'; '.join(prints)}.",
+            hint=f"{check}; if it matches, pair again with --accept-new-host-key "
+            "(or run `tracr device pair` in a terminal to be asked).",
+        )
+    if not req.ask(f"{check}. Trust this host key and continue?"):
+        raise TracrError(
+            f"pairing cancelled: the host key of {dev.name} ({where}) was not trusted.",
+            hint=f"Nothing was sent to {where}. {check}; pair again once it matches.",
+        )
 
 
 def _key_login_works(dev: Device) -> bool:
@@ -157,10 +191,10 @@ def install_public_key(dev: Device, password: str) -> None:
 
 def copy_id_command(dev: Device) -> str:
     """The exact ssh-copy-id command that installs the device's key by hand."""
-    kh = dev.known_hosts_file()
+    kh = ssh.config_value(dev.known_hosts_file())
     return (
         f"ssh-copy-id -i {shlex.quote(dev.key)}.pub -p {dev.port} "
-        f"-o UserKnownHostsFile={shlex.quote(str(kh))} {dev.target}"
+        f"-o {shlex.quote('UserKnownHostsFile=' + kh)} {dev.target}"
     )
 
 

@@ -7,8 +7,11 @@ ever answers "yes" to an unknown or changed key on the user's behalf.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -27,6 +30,32 @@ LOGIN_FAILED = "login failed"
 UNREACHABLE = "unreachable"
 
 
+# Characters a path may hold and still be written bare in an ssh_config line or `-o`.
+_PLAIN = re.compile(r"[A-Za-z0-9_./+,:@=-]+")
+
+
+def config_value(path: str | os.PathLike) -> str:
+    """``path`` written so that ssh reads it back as exactly this one path.
+
+    ssh parses each ``-o`` option (and each ssh_config line) like a shell would split
+    words: an unquoted space ends the value (``UserKnownHostsFile`` then lists two
+    files and no host key is found), ``#`` starts a comment, and ``%`` starts a token
+    (``%h`` is the host) in the paths it expands. Plain paths stay bare; others are
+    double-quoted with ``\\``, ``"`` and ``%`` escaped. ``${`` (an environment
+    variable reference to ssh) cannot be escaped, so such a path is refused.
+    """
+    text = os.fspath(path)
+    if _PLAIN.fullmatch(text):
+        return text
+    if "${" in text or "\n" in text or "\0" in text:
+        raise TracrError(
+            f"ssh cannot use the path {text!r}: it holds '${{', a newline or a NUL.",
+            hint="Move tracr's files elsewhere (TRACR_CONFIG_DIR, --key) or rename the folder.",
+        )
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'"{escaped}"'
+
+
 def ssh_options(
     device: Device,
     *,
@@ -40,7 +69,7 @@ def ssh_options(
     exchange per participant instead of one per command); the first becomes the master.
     """
     opts = [
-        "-o", f"UserKnownHostsFile={device.known_hosts_file()}",
+        "-o", f"UserKnownHostsFile={config_value(device.known_hosts_file())}",
         "-o", "GlobalKnownHostsFile=/dev/null",
         "-o", "StrictHostKeyChecking=yes",
         "-o", "CheckHostIP=no",
@@ -52,7 +81,12 @@ def ssh_options(
     if batch:
         opts += ["-o", "BatchMode=yes"]
     if device.key:
-        opts += ["-o", "IdentitiesOnly=yes", "-i", str(Path(device.key).expanduser())]
+        key = str(Path(device.key).expanduser())
+        opts += ["-o", "IdentitiesOnly=yes"]
+        # `-i` takes a plain path but ssh expands `%` tokens in it later, so a key path
+        # with `%` (or anything quoting would change) goes through IdentityFile instead.
+        plain = _PLAIN.fullmatch(key)
+        opts += ["-i", key] if plain else ["-o", f"IdentityFile={config_value(key)}"]
     if device.port != 22:
         opts += ["-p", str(device.port)]
     if control_path:
@@ -60,7 +94,7 @@ def ssh_options(
             "-o",
             "ControlMaster=auto",
             "-o",
-            f"ControlPath={control_path}",
+            f"ControlPath={config_value(control_path)}",
             "-o",
             "ControlPersist=no",
         ]
@@ -235,12 +269,26 @@ def keyscan(host: str, port: int, timeout: int = 5) -> list[str]:
     return lines
 
 
+def fingerprint(line: str) -> str:
+    """The SHA256 fingerprint of a known_hosts line, as OpenSSH shows it.
+
+    ``ED25519 key fingerprint is SHA256:...`` (unpadded base64 of the SHA-256 of the
+    key blob), so it can be compared with ``ssh-keygen -lf`` run on the device.
+    """
+    fields = line.split()
+    algo, blob = fields[1], fields[2]
+    digest = hashlib.sha256(base64.b64decode(blob)).digest()
+    kind = _KEY_KINDS.get(algo, algo.removeprefix("ssh-").upper())
+    return f"{kind} key fingerprint is SHA256:{base64.b64encode(digest).decode().rstrip('=')}"
+
+
+_KEY_KINDS = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA", "ssh-dss": "DSA"}
+_KEY_KINDS.update({f"ecdsa-sha2-nistp{n}": "ECDSA" for n in (256, 384, 521)})
+
+
 def fingerprints(lines: list[str]) -> list[str]:
-    """SHA256 fingerprints (``ssh-keygen -lf -``) of known_hosts lines."""
-    cp = subprocess.run(
-        ["ssh-keygen", "-lf", "-"], input="\n".join(lines) + "\n", capture_output=True, text=True
-    )
-    return [ln.strip() for ln in cp.stdout.splitlines() if ln.strip()]
+    """SHA256 fingerprints (see :func:`fingerprint`) of known_hosts lines."""
+    return [fingerprint(ln) for ln in lines]
 
 
 def recorded_host_keys(device: Device) -> list[str]:

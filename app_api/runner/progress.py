@@ -2,9 +2,48 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
+
+
+# What a participant's text must not carry to the observer's terminal: C0 controls but
+# tab and newline (ESC starts CSI/OSC sequences that recolour, move the cursor, retitle
+# the window or write the clipboard; CR overwrites the line), DEL, C1 controls (0x9b is
+# a one-byte CSI), the bidi overrides that reorder what is shown, line/paragraph separators.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
+
+
+def printable(text: object) -> str:
+    """``text`` with every control character or escape sequence shown escaped, not obeyed.
+
+    ``"\\x1b[2Jhi\\r"`` becomes the readable ``\\x1b[2Jhi\\r``; tabs, newlines and all
+    other text (accents, CJK, emoji) stay as they are.
+    """
+
+    def esc(m: re.Match) -> str:
+        ch = m.group()
+        if ch in _NAMED:
+            return _NAMED[ch]
+        code = ord(ch)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _UNSAFE.sub(esc, str(text))
+
+
+def log_lines(instance: str, host: str, record: dict) -> tuple[str, str, list[str]]:
+    """A participant log record made safe to show: (tag, level, lines of the message).
+
+    Every part comes from the participant, so each is passed through :func:`printable`;
+    a message of several lines (a traceback) is split so that the view indents its
+    continuation lines and no line can pass itself off as another participant's.
+    """
+    tag = printable(f"[{instance}@{host}]")
+    level = printable(record.get("level", "INFO"))
+    lines = printable(record.get("msg")).split("\n")
+    return tag, level, lines
 
 
 class ProgressView:
@@ -70,17 +109,19 @@ class ProgressView:
                                   split="-" if split is None else split)
 
     def log(self, instance: str, host: str, record: dict) -> None:
-        """One participant log line, tagged and colored."""
-        level = record.get("level", "INFO")
+        """One participant log record, tagged and colored, its control characters escaped."""
+        tag, level, lines = log_lines(instance, host, record)
+        indent = "\n" + " " * 4
         if not self.enabled:
             if level in ("WARNING", "ERROR", "CRITICAL"):
-                print(f"[{instance}@{host}] {level} {record.get('msg')}", file=sys.stderr)
+                print(f"{tag} {level} {indent.join(lines)}", file=sys.stderr)
             return
         from rich.markup import escape
 
         c = self.color(instance)
-        lvl = "" if level == "INFO" else f"[bold red]{level}[/] "
-        self.console.print(f"[{c}]{escape(f'[{instance}@{host}]')}[/] {lvl}{escape(str(record.get('msg')))}")
+        lvl = "" if level == "INFO" else f"[bold red]{escape(level)}[/] "
+        text = escape(indent.join(lines))
+        self.console.print(f"[{c}]{escape(tag)}[/] {lvl}{text}", emoji=False)
 
     def stop(self) -> None:
         """Hide the bar."""

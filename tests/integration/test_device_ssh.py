@@ -58,6 +58,7 @@ def paired(loopback_sshd, tmp_path_factory):
         PairRequest(
             name="loop", host=loopback_sshd.host, port=loopback_sshd.port, user=loopback_sshd.user,
             key=loopback_sshd.key, python=sys.executable, tags=["test"], yes=True, say=out.append,
+            accept_new_host_key=True,
         ),
         DeviceRegistry(reg_path),
     )  # fmt: skip
@@ -212,6 +213,7 @@ def test_pair_unauthorized_key_without_password_prints_copy_id(loopback_sshd, tm
     req = PairRequest(
         name="newbox", host=loopback_sshd.host, port=loopback_sshd.port, user=loopback_sshd.user,
         key=str(key), python=sys.executable, yes=True, say=lambda s: None,
+        accept_new_host_key=True,
     )  # fmt: skip
     reg = DeviceRegistry(tmp_path / "devices.yaml")
     with pytest.raises(TracrError) as info:

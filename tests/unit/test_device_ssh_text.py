@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import re
+import shutil
+import subprocess
 import tarfile
+
+import pytest
 
 from app_api.devices import ssh
 from app_api.devices.registry import Device, known_hosts_path
 from app_api.launch.bundle import BOOTSTRAP, bootstrap_command, build_bundle
+from experiment_design.errors import TracrError
 
 
 def _dev(**kw) -> Device:
@@ -85,3 +91,36 @@ def test_bootstrap_command_carries_the_script_intact():
     code = re.search(r"b64decode\('([^']+)'\)", cmd).group(1)
     assert base64.b64decode(code).decode() == BOOTSTRAP
     compile(BOOTSTRAP, "<bootstrap>", "exec")
+
+
+ODD_PATHS = ["/home/a b/.config/tracr", '/tmp/q"x\\y #z %h', "/tmp/it's %%", "/plain/path"]
+
+
+@pytest.mark.skipif(not shutil.which("ssh"), reason="needs the OpenSSH client")
+@pytest.mark.parametrize("folder", ODD_PATHS)
+def test_paths_in_ssh_options_reach_ssh_as_one_path(folder):
+    # ssh parses -o values itself (`ssh -G` prints what it understood; no connection).
+    # Before: an unquoted space gave ControlPath "extra arguments" and split
+    # UserKnownHostsFile into two files; `%h` became the host name.
+    dev = _dev(known_hosts=f"{folder}/known_hosts", key=f"{folder}/id_ed25519")
+    argv = ["ssh", "-G", *ssh.ssh_options(dev, control_path=f"{folder}/cm"), "pi@10.0.0.7"]
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    assert cp.returncode == 0, cp.stderr
+    seen = dict(ln.split(" ", 1) for ln in cp.stdout.splitlines() if " " in ln)
+    assert seen["controlpath"] == f"{folder}/cm"
+    assert seen["userknownhostsfile"] == f"{folder}/known_hosts"
+
+
+def test_ssh_config_value_quotes_only_what_needs_it():
+    assert ssh.config_value("/plain/path-1.2_x") == "/plain/path-1.2_x"
+    assert ssh.config_value("/a b/c%d") == '"/a b/c%%d"'
+    assert ssh.config_value('/a"b\\c') == '"/a\\"b\\\\c"'
+    with pytest.raises(TracrError, match="cannot use the path"):
+        ssh.config_value("/x/${HOME}/y")
+
+
+def test_fingerprint_is_openssh_sha256():
+    blob = base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519" + bytes(36)).decode()
+    fp = ssh.fingerprint(f"[h]:2222 ssh-ed25519 {blob}")
+    digest = base64.b64encode(hashlib.sha256(base64.b64decode(blob)).digest()).decode()
+    assert fp == f"ED25519 key fingerprint is SHA256:{digest.rstrip('=')}"
