@@ -50,8 +50,6 @@ def pytest_configure(config):
     """Keep the whole session away from the user's real device registry and results."""
     import tempfile
 
-    # until pyproject's markers list it (tests/integration/test_soak.py)
-    config.addinivalue_line("markers", "soak: long soak run in the lab (skipped unless -m soak)")
     cfg = Path(tempfile.mkdtemp(prefix="tracr-test-config-"))
     config._tracr_config_dir = cfg
     os.environ["TRACR_CONFIG_DIR"] = str(cfg)
