@@ -1,11 +1,14 @@
 """The participant process: ``python -m experiment_design.participant --role NAME``.
 
-Reads the control secret (hex) as the first line of stdin, serves the role
-over rpyc on ``--host``/``--port`` behind the HMAC authenticator, prints one
-``TRACR-READY {"port": N, "pid": P}`` line (``protocol.Ready``), and exits when stdin closes, the
-observer's connection closes, shutdown() is called, or no call arrives for
-``--idle-timeout`` seconds. On exit it removes ``--workdir`` when
-``--cleanup-workdir`` is given.
+Prints a heartbeat (``protocol.ALIVE_LINE``) every ``HEARTBEAT_S`` seconds from the
+first thing it does until it exits, so a device importing torch for minutes is
+visibly alive. Reads the control secret (hex) as the first line of stdin; every
+later stdin line is the observer's heartbeat. Serves the role over rpyc on
+``--host``/``--port`` behind the HMAC authenticator, prints one
+``TRACR-READY {"port": N, "pid": P}`` line (``protocol.Ready``), and exits when stdin
+closes, the observer's connection closes, shutdown() is called, or neither a
+heartbeat nor a call arrives for ``--idle-timeout`` seconds. On exit it removes
+``--workdir`` when ``--cleanup-workdir`` is given.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 import threading
 import time
 
-from experiment_design.protocol import PARTICIPANT_MODULE, Ready
+from experiment_design.protocol import ALIVE_LINE, HEARTBEAT_S, PARTICIPANT_MODULE, Ready
 
 # run as ``-m`` this module is __main__; its log records keep the module's own name
 log = logging.getLogger(PARTICIPANT_MODULE)
@@ -34,7 +37,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", default=None)
     p.add_argument("--cleanup-workdir", action="store_true")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--idle-timeout", type=float, default=30.0)
+    p.add_argument("--idle-timeout", type=float, default=30.0,
+                   help="exit when neither a heartbeat nor a call arrives for this long")
+    # a test hook: a device that takes this long to start (sleeps before importing torch,
+    # heartbeats flowing); also read from $TRACR_STARTUP_DELAY_S
+    p.add_argument("--startup-delay", type=float,
+                   default=float(os.environ.get("TRACR_STARTUP_DELAY_S") or 0),
+                   help=argparse.SUPPRESS)
     p.add_argument("--allocator", choices=("steady", "default"), default="steady",
                    help="steady: keep freed memory for the next inference (runtime/allocator.py)")
     return p.parse_args(argv)
@@ -48,6 +57,15 @@ class Lifecycle:
         self.server = None
         self.service = None
         self._once = threading.Lock()
+        self.last_heard = time.monotonic()  # the observer's last heartbeat (stdin line)
+        self.beats = 0
+
+    def quiet_for(self) -> float:
+        """Seconds since the observer was last heard from (a heartbeat or a call)."""
+        last = self.last_heard
+        if self.service is not None:
+            last = max(last, self.service.last_call)
+        return time.monotonic() - last
 
     def exit(self, reason: str) -> None:
         """Stop serving, clean up, and end the process (from any thread)."""
@@ -78,30 +96,63 @@ class Lifecycle:
         os._exit(0)
 
 
+_say_lock = threading.Lock()
+
+
+def say(line: str) -> None:
+    """Write one protocol line on stdout (whole, flushed; heartbeats come from a thread)."""
+    with _say_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _heartbeat() -> None:
+    while True:
+        try:
+            say(ALIVE_LINE)
+        except (OSError, ValueError):  # stdout gone: the observer is gone, stdin will say so
+            return
+        time.sleep(HEARTBEAT_S)
+
+
 def _watch_stdin(life: Lifecycle) -> None:
     try:
         while sys.stdin.readline():
-            pass
+            life.last_heard = time.monotonic()  # any line is the observer's heartbeat
+            life.beats += 1
     except (OSError, ValueError):
         pass
     life.exit("stdin closed (observer gone)")
 
 
-def _watch_idle(life: Lifecycle, service, idle_s: float) -> None:
+def _watch_idle(life: Lifecycle, idle_s: float) -> None:
     while True:
         time.sleep(min(1.0, idle_s / 4))
-        if not service.busy() and time.monotonic() - service.last_call > idle_s:
-            life.exit(f"no call from the observer for {idle_s:.0f} s")
+        service = life.service
+        if service is not None and service.busy() and not life.beats:
+            # an observer that drives us by calls only (a script, a test) and waits for
+            # this long one; one that sends heartbeats is lost when they stop, busy or not
+            continue
+        if life.quiet_for() > idle_s:
+            life.exit(f"no heartbeat or call from the observer for {idle_s:.0f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
+    threading.Thread(target=_heartbeat, daemon=True, name="heartbeat").start()
     args = parse_args(argv)
     secret_line = sys.stdin.readline().strip()
     if not secret_line:
         print("participant: expected the control secret (hex) on stdin", file=sys.stderr)
         return 2
     secret = bytes.fromhex(secret_line)
+    life = Lifecycle(args)
+    threading.Thread(target=_watch_stdin, args=(life,), daemon=True, name="stdin-watch").start()
+    threading.Thread(
+        target=_watch_idle, args=(life, args.idle_timeout), daemon=True, name="idle-watch"
+    ).start()
+    if args.startup_delay > 0:
+        time.sleep(args.startup_delay)
 
     from experiment_design.runtime.allocator import configure
 
@@ -124,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
     from experiment_design.roles import get_role
     from experiment_design.runtime.auth import control_server
 
-    life = Lifecycle(args)
     role_cls = get_role(args.role)
     service = role_cls(instance=args.instance, threads=args.threads, logs=buffer, on_exit=life.exit)
     life.service = service
@@ -132,12 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     rpyc_log.setLevel(logging.WARNING)  # rpyc's per-connection chatter is not run news
     server = control_server(service, secret, args.host, args.port, logger=rpyc_log)
     life.server = server
-    threading.Thread(target=_watch_stdin, args=(life,), daemon=True, name="stdin-watch").start()
-    threading.Thread(
-        target=_watch_idle, args=(life, service, args.idle_timeout), daemon=True, name="idle-watch"
-    ).start()
     port = server.port
-    print(Ready(port=port, pid=os.getpid()).line(), flush=True)
+    say(Ready(port=port, pid=os.getpid()).line())
     log.info("role %s listening on %s:%s (threads=%s)", args.role, args.host, port,
              torch.get_num_threads())
     try:

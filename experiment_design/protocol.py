@@ -5,7 +5,11 @@ else. A participant process announces itself with one line on stdout::
 
     TRACR-READY {"port": 40123, "pid": 4242}
 
-and is then driven over rpyc (only ``exposed_`` members, no pickle). Every
+Liveness flows over the process's stdio both ways, in every phase (start-up
+included): the participant prints :data:`ALIVE_LINE` every :data:`HEARTBEAT_S`
+seconds from the moment it starts until it exits, and the observer writes the
+same line to the participant's stdin as often; each side declares the other
+lost when nothing arrives for its liveness timeout. It is then driven over rpyc (only ``exposed_`` members, no pickle). Every
 control call takes at most one argument and answers one JSON document::
 
     call                   argument (JSON)   reply (JSON)
@@ -40,6 +44,14 @@ from experiment_design.errors import TracrError
 #: ``python -m <PARTICIPANT_MODULE> --role NAME ...`` starts a participant process.
 PARTICIPANT_MODULE = "experiment_design.participant"
 READY_PREFIX = "TRACR-READY "
+#: The heartbeat line, written both ways over the participant's stdio (not rpyc: a call in
+#: progress, or a partner profiling for minutes, must not starve it).
+ALIVE_LINE = "TRACR-ALIVE"
+#: Seconds between two heartbeats; liveness timeouts are several of these.
+HEARTBEAT_S = 2.0
+#: A participant (or observer) silent this long is lost, unless the manifest says otherwise
+#: (``run.liveness_timeout_s``).
+LIVENESS_TIMEOUT_S = 30.0
 #: The reply of finish(), cancel() and heartbeat(); shutdown() answers :data:`BYE`.
 ACK = "ok"
 BYE = "bye"

@@ -16,7 +16,7 @@ This package uses :mod:`app_api.devices` (the registry, ssh options) and never
 
 from __future__ import annotations
 
-from app_api.launch.base import Launcher, ParticipantHandle, ParticipantSpec
+from app_api.launch.base import Launcher, ParticipantHandle, ParticipantLost, ParticipantSpec
 from app_api.launch.factory import launcher_for
 from app_api.launch.local import LocalLauncher, LocalParticipant
 from app_api.launch.ssh import SSHLauncher, SSHParticipant
@@ -26,6 +26,7 @@ __all__ = [
     "LocalLauncher",
     "LocalParticipant",
     "ParticipantHandle",
+    "ParticipantLost",
     "ParticipantSpec",
     "SSHLauncher",
     "SSHParticipant",

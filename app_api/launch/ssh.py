@@ -31,19 +31,28 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app_api.devices import ssh
 from app_api.devices.registry import Device, get_device
-from app_api.launch.base import Launcher, ParticipantHandle, ParticipantSpec
+from app_api.launch.base import (
+    Launcher,
+    ParticipantHandle,
+    ParticipantSpec,
+    drop_connection,
+    startup_error,
+)
 from app_api.launch.bundle import BOOT_PREFIX, bootstrap_command, build_bundle, bundle_header
 from app_api.launch.remote import control_dir, free_local_port, remote_leftovers
 from experiment_design.errors import TracrError
-from experiment_design.protocol import PARTICIPANT_MODULE, Ready
+from experiment_design.protocol import ALIVE_LINE, PARTICIPANT_MODULE, Ready
 
 log = logging.getLogger(__name__)
 
-READY_TIMEOUT_S = 120.0  # a Raspberry Pi can take a while to import torch
+#: before the participant's first heartbeat (ssh login, unpacking, the venv) the device
+#: says nothing; it may stay silent this long (or the liveness timeout, if longer)
+BOOT_SILENCE_S = 120.0
 _EOF = object()
 
 
@@ -77,15 +86,24 @@ class SSHParticipant(ParticipantHandle):
         self._stopped = False
         self._t0 = 0.0
         self._timed_out = False
+        self._why: TracrError | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._stdout_q: queue.Queue[Any] = queue.Queue()
         self._threads: list[threading.Thread] = []
+        self._beats = 0  # heartbeats seen: the participant itself runs
+        self._stop_lock = threading.Lock()
 
     # -- start ---------------------------------------------------------------------------
     def _pump(self, stream, sink, eof: bool) -> None:
+        """Read one of ssh's streams for the session's whole life (never let it block)."""
         try:
             for raw in iter(stream.readline, b""):
-                sink(raw.decode(errors="replace").rstrip("\n"))
+                self.heard()
+                line = raw.decode(errors="replace").rstrip("\n")
+                if line == ALIVE_LINE:
+                    self._beats += 1
+                    continue
+                sink(line)
         except (OSError, ValueError):
             pass
         finally:
@@ -96,7 +114,7 @@ class SSHParticipant(ParticipantHandle):
         """Start the one ssh session that ships, bootstraps and becomes the participant."""
         dev, spec = self._device, self._spec
         args = ["--role", spec.role, "--instance", spec.instance, "--host", "127.0.0.1",
-                "--port", "0"]  # fmt: skip
+                "--port", "0", "--idle-timeout", str(spec.liveness_s)]  # fmt: skip
         if spec.threads:
             args += ["--threads", str(int(spec.threads))]
         need = ["torch"] + (["blosc2"] if codec not in (None, "none") else [])
@@ -111,6 +129,7 @@ class SSHParticipant(ParticipantHandle):
         self._proc = ssh.spawn(
             ssh.ssh_argv(dev, cmd, control_path=self._control_path()), start_new_session=True
         )
+        self.heard()
         for stream, sink, eof in ((self._proc.stdout, self._stdout_q.put, True),
                                   (self._proc.stderr, self._stderr.append, False)):  # fmt: skip
             t = threading.Thread(target=self._pump, args=(stream, sink, eof), daemon=True,
@@ -122,23 +141,29 @@ class SSHParticipant(ParticipantHandle):
                 bundle_header(bundle) + bundle + spec.secret.hex().encode() + b"\n"
             )
             self._proc.stdin.flush()
+            # what follows the secret on stdin is the observer's heartbeat
+            self.open_beats(self._proc.stdin.fileno())
         except OSError:  # ssh or the bootstrap ended early: its output says why
             pass
 
-    def _next_line(self, deadline: float) -> str | None:
-        """The next stdout line, or None at EOF/timeout (``self._timed_out`` tells which)."""
+    def _next_line(self, t0: float) -> str | None:
+        """The next stdout line, or None at EOF or when the start-up wait must end
+        (``self._timed_out`` and ``self._why`` tell which): silent for the liveness
+        timeout, the start-up cap reached, or stopped."""
         ctl = self._control_path()
+        spec = self._spec
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._timed_out = True
-                return None
             try:
-                wait = left if "ssh_s" in self.timings else min(left, 0.05)
+                wait = 0.1 if "ssh_s" in self.timings else 0.05
                 item = self._stdout_q.get(timeout=wait)
             except queue.Empty:
                 if "ssh_s" not in self.timings and ctl and os.path.exists(ctl):
                     self.timings["ssh_s"] = time.perf_counter() - self._t0  # logged in (master up)
+                silent = spec.liveness_s if self._beats else max(spec.liveness_s, BOOT_SILENCE_S)
+                err = startup_error(self, spec, t0, silent_s=silent)
+                if err is not None:
+                    self._timed_out, self._why = True, err
+                    return None
                 continue
             if item is _EOF:
                 self._timed_out = False
@@ -188,15 +213,17 @@ class SSHParticipant(ParticipantHandle):
             )
 
     def _await_ready(self, codec: str | None) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        t0 = time.monotonic()
         self._timed_out = False
         while True:  # the bootstrap's report, then the participant's
-            line = self._next_line(deadline)
+            line = self._next_line(t0)
             if line is None:
-                raise self._fail(
-                    f"did not report ready within {READY_TIMEOUT_S:.0f} s"
-                    if self._timed_out else "exited"
-                )  # fmt: skip
+                if self._timed_out:
+                    why = self._why
+                    fail = self._fail("did not report ready")
+                    why.message = f"{why.message}\n{fail.message.split(chr(10), 1)[-1]}"
+                    raise why
+                raise self._fail("exited")
             if line.startswith(BOOT_PREFIX) and not self.env:
                 self.env = json.loads(line[len(BOOT_PREFIX) :])
                 self.workdir = self.env["dir"]
@@ -233,14 +260,20 @@ class SSHParticipant(ParticipantHandle):
             + ssh.failure_block(shlex.join(argv), dev.host, cp.returncode, "", err)
         )
 
-    def start(self, codec: str | None = None) -> SSHParticipant:
-        """Deploy and start; on any failure everything started so far is torn down."""
+    def start(self, codec: str | None = None,
+              adopt: Callable[[ParticipantHandle], None] | None = None) -> SSHParticipant:
+        """Deploy and start; on any failure everything started so far is torn down.
+
+        ``adopt`` gets this handle once its ssh session exists (see :meth:`Launcher.start`).
+        """
         from experiment_design.runtime import connect_control
 
         self._t0 = time.perf_counter()
         try:
             self._ctl_dir = control_dir()
             self._launch(codec)
+            if adopt is not None:
+                adopt(self)
             self._await_ready(codec)
             t3 = time.perf_counter()
             self.local_port = self._forward()
@@ -287,11 +320,14 @@ class SSHParticipant(ParticipantHandle):
         (closing stdin ends the master and its forward, and the participant with it),
         whatever the remote end still holds, the ssh process, its control socket.
         """
-        if self._stopped:
-            return
-        self._stopped = True
-        self._close_control(timeout)
-        self._end_session(timeout)
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        # a participant that is not heartbeating (stopped, wedged) answers nothing: no waits
+        responsive = self.beating()
+        self._close_control(timeout if responsive else 0)
+        self._end_session(timeout if responsive else 0)
         self._clean_remote(timeout)
         self._reap_ssh()
         self._remove_control_socket()
@@ -299,31 +335,39 @@ class SSHParticipant(ParticipantHandle):
     def _close_control(self, timeout: float) -> None:
         if self.conn is None:
             return
-        try:
-            import rpyc
+        if timeout > 0:
+            try:
+                from rpyc.core import consts, netref
 
-            reply = rpyc.async_(self.conn.root.shutdown)()
-            reply.set_expiry(min(3.0, timeout))
-            reply.wait()
-        except Exception:  # best effort: the process may be gone or hung already
-            pass
-        try:
-            self.conn.close()
-        except Exception:
-            pass
+                reply = netref.asyncreq(self.conn.root, consts.HANDLE_CALLATTR, "shutdown",
+                                        (), ())  # fmt: skip
+                reply.set_expiry(min(2.0, timeout))
+                reply.wait()
+            except Exception:  # best effort: the process may be gone or hung already
+                pass
+        drop_connection(self.conn)
 
     def _end_session(self, timeout: float) -> None:
         proc = self._proc
         if proc is None:
             return
+        self.close_beats()
         try:
             proc.stdin.close()
         except OSError:
             pass
         try:
-            proc.wait(timeout=max(1.0, timeout / 2))
+            proc.wait(timeout=max(1.0, timeout / 2) if timeout > 0 else 0.2)
         except subprocess.TimeoutExpired:
             pass
+
+    def kill(self) -> None:
+        """Kill the ssh session now (the remote end loses its stdin); wait for nothing."""
+        super().kill()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.kill()
 
     def _clean_remote(self, timeout: float) -> None:
         """Kill a participant the session's end did not stop; remove a dir nobody else will."""
@@ -387,6 +431,7 @@ class SSHLauncher(Launcher):
             raise TracrError("'localhost' runs without SSH; use the local launcher.")
         self.codec = codec
 
-    def start(self, spec: ParticipantSpec) -> SSHParticipant:
+    def start(self, spec: ParticipantSpec,
+              adopt: Callable[[ParticipantHandle], None] | None = None) -> SSHParticipant:
         """Deploy and start one participant; returns once its control connection is up."""
-        return SSHParticipant(self.device, spec).start(codec=self.codec)
+        return SSHParticipant(self.device, spec).start(codec=self.codec, adopt=adopt)

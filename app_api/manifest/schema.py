@@ -174,12 +174,17 @@ SCHEMA = Field(
         ),
         "run": Field(
             "map",
-            default={"warmup": 2, "repeats": 1, "seed": 0, "timeout_s": None},
+            default={"warmup": 2, "repeats": 1, "seed": 0, "timeout_s": None,
+                     "liveness_timeout_s": 30, "startup_timeout_s": 600},
             keys={
                 "warmup": Field("int", default=2, min=0, doc="inferences run and discarded first"),
                 "repeats": Field("int", default=1, min=1),
                 "seed": Field("int", default=0, min=0),
                 "timeout_s": Field("number", default=None, nullable=True, min=0),
+                "liveness_timeout_s": Field("number", default=30, min=1,
+                                            doc="a participant silent this long is lost"),
+                "startup_timeout_s": Field("number", default=600, min=1,
+                                           doc="cap on a participant's start-up"),
             },
         ),
         "network": Field(

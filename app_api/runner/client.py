@@ -4,16 +4,27 @@ One method per call of :mod:`experiment_design.protocol`, typed arguments in,
 typed replies out, and the one place remote failures are mapped: a dead
 participant is :class:`ParticipantLost` with its stderr tail, anything else a
 :class:`TracrError` naming the instance, its host and the call.
+
+It is also the one place a call waits, and every wait is bounded: each call is
+sent as rpyc's asynchronous request and awaited in short slices, checking
+between them that the participant still runs and is not silent for its
+liveness timeout (:class:`ParticipantLost`), the caller's ``guard`` (Ctrl-C,
+``run.timeout_s``, another participant lost: it raises), and the call's own
+deadline.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from app_api.launch.base import STARTUP_TIMEOUT_S, ParticipantLost
 from experiment_design.errors import TracrError
 from experiment_design.protocol import (
     ACK,
     BYE,
+    LIVENESS_TIMEOUT_S,
     DataAddress,
     Environment,
     LinkProbe,
@@ -34,11 +45,15 @@ from experiment_design.protocol import (
     decode_reply,
 )
 
+#: how often a waiting call looks at liveness, the guard and its deadline
+SLICE_S = 0.1
+#: calls that build, measure or connect may take long (bounded by run.startup_timeout_s)
+LONG_CALLS = frozenset({"setup", "connect_partners", "profile_layers", "probe_link", "warmup",
+                        "prepare_partitioner"})
+#: every other call answers at once (poll waits at most its own wait_s)
+SHORT_CALL_S = 60.0
 
-class ParticipantLost(TracrError):
-    """A participant died or its control connection broke during a run."""
-
-    exit_code = 1
+__all__ = ["ControlHandle", "ParticipantClient", "ParticipantLost", "remote_message"]
 
 
 class ControlHandle(Protocol):
@@ -49,6 +64,9 @@ class ControlHandle(Protocol):
 
     def alive(self) -> bool:
         """True while the participant process runs."""
+
+    def silent_for(self) -> float:
+        """Seconds since anything arrived from the participant."""
 
     def stderr_tail(self, n: int = ...) -> str:
         """The last ``n`` lines the participant wrote to stderr."""
@@ -73,16 +91,43 @@ class ParticipantClient:
         print(client.hello().torch, info.valid_splits)
     """
 
-    def __init__(self, instance: str, handle: ControlHandle) -> None:
+    def __init__(self, instance: str, handle: ControlHandle, *,
+                 guard: Callable[[], None] | None = None,
+                 liveness_s: float = LIVENESS_TIMEOUT_S,
+                 long_call_s: float = STARTUP_TIMEOUT_S) -> None:
         self.instance = instance
         self.handle = handle
+        self.guard = guard
+        self.liveness_s = liveness_s
+        self.long_call_s = long_call_s
 
-    def call(self, method: str, arg: Message | None = None) -> Any:
-        """``exposed_<method>(arg as JSON)``; the reply's plain JSON value."""
+    def call(self, method: str, arg: Message | None = None, timeout: float | None = None) -> Any:
+        """``exposed_<method>(arg as JSON)``; the reply's plain JSON value.
+
+        Waits at most ``timeout`` seconds (default: ``long_call_s`` for :data:`LONG_CALLS`,
+        :data:`SHORT_CALL_S` otherwise), and less when the participant dies or goes
+        silent or the guard raises.
+        """
+        from rpyc import AsyncResultTimeout
+        from rpyc.core import consts, netref
+
         h = self.handle
+        if timeout is None:
+            timeout = self.long_call_s if method in LONG_CALLS else SHORT_CALL_S
+        deadline = time.monotonic() + timeout
         try:
-            fn = getattr(h.conn.root, method)
-            out = fn() if arg is None else fn(arg.to_json())
+            args = () if arg is None else (arg.to_json(),)
+            reply = netref.asyncreq(h.conn.root, consts.HANDLE_CALLATTR, method, args, ())
+            while True:
+                reply.set_expiry(SLICE_S)
+                try:
+                    reply.wait()
+                    break
+                except AsyncResultTimeout:
+                    self._check(method, deadline, timeout)
+            out = reply.value
+        except TracrError:
+            raise
         except Exception as exc:
             if not h.alive():
                 tail = h.stderr_tail(8)
@@ -96,6 +141,28 @@ class ParticipantClient:
             return decode_reply(out)
         except ProtocolError as exc:
             raise TracrError(f"{self.instance} on {h.host_label}: {method}(): {exc}") from None
+
+    def _check(self, method: str, deadline: float, timeout: float) -> None:
+        """Between two slices of a wait: raise when it must end."""
+        h = self.handle
+        if self.guard is not None:
+            self.guard()
+        if not h.alive():
+            raise ParticipantLost(
+                f"participant {self.instance} on {h.host_label} died during {method}()",
+                hint=h.stderr_tail(8) or None,
+            )
+        if h.silent_for() > self.liveness_s:
+            raise ParticipantLost(
+                f"participant {self.instance} on {h.host_label} silent for "
+                f"{self.liveness_s:.0f} s (lost) during {method}()",
+                hint="no heartbeat arrived (a device off, a link down, a stopped process); "
+                "run.liveness_timeout_s sets how long to wait",
+            )
+        if time.monotonic() > deadline:
+            raise TracrError(
+                f"{self.instance} on {h.host_label}: {method}() did not answer within "
+                f"{timeout:.0f} s", hint="the participant is alive but its call is stuck")
 
     # ----- one method per control call ---------------------------------------------------------
     def hello(self) -> Environment:
@@ -152,12 +219,12 @@ class ParticipantClient:
         """Keep the participant's idle watchdog quiet."""
         self._ack("heartbeat", ACK)
 
-    def shutdown(self) -> None:
-        """Stop the participant shortly after it replies."""
-        self._ack("shutdown", BYE)
+    def shutdown(self, timeout: float = 2.0) -> None:
+        """Stop the participant shortly after it replies (waiting ``timeout`` at most)."""
+        self._ack("shutdown", BYE, timeout)
 
-    def _ack(self, method: str, want: str) -> None:
-        out = self.call(method)
+    def _ack(self, method: str, want: str, timeout: float | None = None) -> None:
+        out = self.call(method, timeout=timeout)
         if out != want:
             raise TracrError(f"{self.instance} on {self.handle.host_label}: {method}() "
                              f"answered {out!r}, expected {want!r}")

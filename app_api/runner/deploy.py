@@ -25,7 +25,8 @@ def participant_specs(state: RunState) -> list[ParticipantSpec]:
         if threads is None and inst["device"] == "localhost":
             threads = 1
         specs.append(ParticipantSpec(inst["name"], ptype["role"], inst["device"], threads,
-                                     os.urandom(32)))
+                                     os.urandom(32), liveness_s=state.liveness_s,
+                                     startup_s=state.startup_s))
         state.roles[inst["name"]] = ptype["role"]
     return specs
 
@@ -37,10 +38,11 @@ def deploy(state: RunState) -> list[ParticipantSpec]:
                      + ", ".join(f"{s.instance} ({s.role} on {s.device})" for s in specs))
 
     def start(spec: ParticipantSpec) -> None:
-        state.adopt(spec.instance, launcher_for(spec.device).start(spec))
+        # adopted as soon as its process exists: beaten by the pulse, stopped by teardown
+        launcher_for(spec.device).start(spec, adopt=lambda h: state.adopt(spec.instance, h))
 
     t0 = time.perf_counter()
-    parallel(start, specs)
+    parallel(start, specs, check=state.check_run)
     state.times["start_s"] = time.perf_counter() - t0
     for s in specs:
         env = state.client(s.instance).hello().to_dict()
@@ -54,7 +56,7 @@ def deploy(state: RunState) -> list[ParticipantSpec]:
             participant_config(state, spec, data_secret))
 
     t0 = time.perf_counter()
-    parallel(setup, specs)
+    parallel(setup, specs, check=state.check)
     state.times["setup_s"] = time.perf_counter() - t0
     for inst, info in state.infos.items():  # which cuts each side built before measuring
         state.envs[inst]["prepared"] = info.prepared

@@ -3,6 +3,13 @@
 The phases, each in its own module over one :class:`~app_api.runner.state.RunState`:
 deploy (:mod:`.deploy`), wire (:mod:`.wire`), warm-up (:mod:`.warmup`), play
 (:mod:`.play`), teardown (:mod:`.teardown`) and gather (:mod:`.gather`).
+
+From the first launch to the end of teardown one thread writes the observer's
+heartbeat to every participant (:class:`~app_api.runner.pulse.Pulse`). Every
+wait checks :meth:`RunState.check`, so the run ends by itself when a participant
+is lost or ``run.timeout_s`` is reached (exit 1, rows kept, the reason in
+``errors`` and ``incomplete_reason``), and within seconds of Ctrl-C (exit 130);
+a second Ctrl-C kills every participant and exits at once.
 """
 
 from __future__ import annotations
@@ -14,25 +21,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app_api.launch import ParticipantHandle
+from app_api.launch import ParticipantHandle, ParticipantLost
 from app_api.results import RunWriter
-from app_api.runner.client import ParticipantLost
 from app_api.runner.deploy import deploy
 from app_api.runner.facts import LabFacts
 from app_api.runner.gather import RunResult, gather
 from app_api.runner.play import play
 from app_api.runner.progress import ProgressView
-from app_api.runner.state import RunState
+from app_api.runner.pulse import Pulse
+from app_api.runner.state import Interrupted, RunState, RunTimeout
 from app_api.runner.teardown import teardown
 from app_api.runner.warmup import warmup
 from app_api.runner.wire import wire
 from experiment_design.errors import TracrError
 
 __all__ = ["Interrupted", "Observer", "RunResult", "run_experiment"]
-
-
-class Interrupted(BaseException):
-    """SIGTERM, turned into an exception so the teardown in ``finally`` runs."""
 
 
 class Observer:
@@ -70,6 +73,9 @@ class Observer:
         fatal: BaseException | None = None
         old = _install_signals(s)
         t0 = time.perf_counter()
+        if s.timeout_s:
+            s.deadline = time.monotonic() + s.timeout_s
+        pulse = Pulse(s.participants).start()
         try:
             self._timed("deploy", deploy, None)
             self._timed("deploy", wire, None)
@@ -77,15 +83,21 @@ class Observer:
             self._timed("warmup", warmup, "warmup_s")
             s.view.phase("running the playbook")
             self._timed("play", play, "wall_s")
+            why = s.ending()
             if s.stop_requested:
                 raise Interrupted("signal")
+            if why:
+                raise RunTimeout(why)
         except (KeyboardInterrupt, Interrupted):
             interrupted = True
-            if "interrupted" not in s.errors:
-                s.errors.append("interrupted")
+            s.request_stop()  # teardown hurries
+            s.end("interrupted")
+        except (ParticipantLost, RunTimeout) as exc:
+            # the run ends by itself: what was measured is kept, the summary says why
+            s.end(str(exc))
         except TracrError as exc:
             s.errors.append(str(exc) + (f" ({exc.hint})" if exc.hint else ""))
-            if not isinstance(exc, ParticipantLost) and not s.writer.rows:
+            if not s.writer.rows:
                 fatal = exc  # set-up problem (bad config, unreachable device): a user error
         except Exception as exc:
             s.errors.append(f"{type(exc).__name__}: {exc}")
@@ -97,6 +109,7 @@ class Observer:
             try:
                 teardown(s)
             finally:
+                pulse.stop()
                 s.times["teardown_s"] = time.perf_counter() - t3
                 _restore_signals(old)
         result = gather(s, interrupted=interrupted)
@@ -108,15 +121,18 @@ class Observer:
 
 
 def _install_signals(state: RunState):
-    """SIGINT/SIGTERM: raise while deploying (calls there are long), but only set a flag
-    while the playbook runs or teardown is going on, so no rpyc exchange is cut in half."""
+    """SIGINT/SIGTERM set the stop flag, which every wait looks at within a slice (no rpyc
+    exchange is cut in half); a second one kills every participant and exits at once."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def handler(signum, frame):
-        state.stop_requested = True
-        if state.phase in ("deploy", "warmup"):
-            raise Interrupted(f"signal {signum}")
+        if state.stop_requested:
+            for h in state.participants():
+                h.kill()
+            os.write(2, b"interrupted again: participants killed\n")
+            os._exit(130)
+        state.request_stop()
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app_api.runner.state import RunState
+from app_api.launch import ParticipantLost
+from app_api.runner.state import RunState, RunTimeout
 from experiment_design.errors import TracrError
 from experiment_design.protocol import PollReply, TaskStart
 
 POLL_S = 0.25
-HEARTBEAT_S = 5.0
+#: after an abort, tasks get the liveness timeout plus this to end (their own link
+#: deadlines end them) before the playbook stops waiting for them
+DRAIN_S = 5.0
 WAIT = "wait"  # the task a serving participant (the cloud) runs until released
 
 
@@ -19,8 +22,10 @@ class Playbook:
 
     :meth:`run` polls every participant with a running task, streams what it
     reports into the run directory, starts its next task when one ends, and on
-    a failure, a lost participant or a stop request cancels the rest and
-    releases the participants that only serve others.
+    a failure, a lost participant (dead, or silent for the liveness timeout),
+    ``run.timeout_s`` or a stop request cancels the rest and releases the
+    participants that only serve others. Every wait is bounded: each poll by its
+    client, the drain after an abort by the liveness timeout.
     """
 
     def __init__(self, state: RunState) -> None:
@@ -33,6 +38,7 @@ class Playbook:
         self.split_now: dict[str, Any] = {}
         self.planned = sum(t for t in self.totals.values() if t) or None
         self.aborting = False
+        self.aborted_at = 0.0
         self.cancelled = False
         self.dead: set[str] = set()
 
@@ -40,12 +46,17 @@ class Playbook:
         """Play until every participant's queue is empty (or the run is aborted)."""
         view = self.state.view
         view.start(self.planned)
-        last_beat = time.monotonic()
         for inst in list(self.queues):
             self.start_next(inst)
         while self.current:
-            if self.state.stop_requested and not self.aborting:
-                self.abort("interrupted")
+            why = self.state.ending()
+            if why and not self.aborting:
+                self.abort(why)
+            if self.aborting and time.monotonic() - self.aborted_at > (
+                    self.state.liveness_s + DRAIN_S):
+                self.state.errors.append(
+                    "tasks still running after the abort: " + ", ".join(sorted(self.current)))
+                break
             self.poll_all()
             total = sum(t for t in self.totals.values() if t) or self.planned
             view.update(sum(self.done.values()), total,
@@ -54,22 +65,29 @@ class Playbook:
             self.release_servers()
             if self.aborting and not self.cancelled:
                 self.cancel_running()
-            if time.monotonic() - last_beat > HEARTBEAT_S:
-                last_beat = time.monotonic()
-                self.heartbeat_idle()
         view.stop()
 
-    def abort(self, error: str) -> None:
-        """Record why, and stop starting tasks."""
-        self.state.errors.append(error)
+    def abort(self, error: str, lost: bool = False) -> None:
+        """Record why, and stop starting tasks (``lost``: the run ends incomplete for it)."""
+        if lost or error == self.state.ending():
+            self.state.end(error)
+        else:
+            self.state.errors.append(error)
+        if not self.aborting:
+            self.aborted_at = time.monotonic()
         self.aborting = True
+
+    def client(self, inst: str):
+        """``inst``'s client: its waits end on the run's limits and ``inst``'s own
+        liveness only (a lost partner does not stop the drain of this one's rows)."""
+        return self.state.client(inst, watch_all=False)
 
     def start_next(self, inst: str) -> None:
         """Start ``inst``'s next task, or mark it idle when its queue is empty."""
         if self.queues[inst]:
             task = self.queues[inst].pop(0)
             self.current[inst] = task["task"]
-            self.state.client(inst).start_task(
+            self.client(inst).start_task(
                 TaskStart(task=task["task"], params=task.get("params") or {}))
         else:
             self.current.pop(inst, None)
@@ -80,9 +98,14 @@ class Playbook:
         for inst in list(self.current):
             wait_s = POLL_S / max(1, len(busy)) if inst in busy else 0.0
             try:
-                st = self.state.client(inst).poll(wait_s)
+                st = self.client(inst).poll(wait_s)
+            except RunTimeout:
+                raise
             except TracrError as exc:
-                self.abort(str(exc) + (f"\n{exc.hint}" if exc.hint else ""))
+                lost = isinstance(exc, ParticipantLost)
+                if lost:
+                    self.dead.add(inst)
+                self.abort(str(exc) + ("" if lost or not exc.hint else f"\n{exc.hint}"), lost)
                 self.current.pop(inst, None)
                 continue
             self.ingest(inst, st)
@@ -119,11 +142,20 @@ class Playbook:
             self.state.view.log(inst, host, rec)
 
     def check_alive(self) -> None:
-        """A participant whose process ended is reported once and ends the run."""
+        """A participant whose process ended, or that is silent for the liveness timeout,
+        is reported once and ends the run."""
+        limit = self.state.liveness_s
         for inst, h in self.state.handles.items():
-            if not h.alive() and inst not in self.dead:
+            if inst in self.dead:
+                continue
+            if not h.alive():
                 self.dead.add(inst)
-                self.abort(f"participant {inst} on {h.host_label} died (pid {h.pid})")
+                self.abort(f"participant {inst} on {h.host_label} died (pid {h.pid})", True)
+                self.current.pop(inst, None)
+            elif h.silent_for() > limit:
+                self.dead.add(inst)
+                self.abort(f"participant {inst} on {h.host_label} silent for {limit:.0f} s "
+                           "(lost)", True)
                 self.current.pop(inst, None)
 
     def release_servers(self) -> None:
@@ -132,7 +164,7 @@ class Playbook:
         if waiting and (self.aborting or len(waiting) == len(self.current)):
             for inst in waiting:
                 try:
-                    self.state.client(inst).finish()
+                    self.client(inst).finish()
                 except TracrError as exc:
                     self.state.errors.append(str(exc))
                     self.current.pop(inst, None)
@@ -142,18 +174,11 @@ class Playbook:
         self.cancelled = True
         for inst in [i for i, t in self.current.items() if t != WAIT]:
             try:
-                self.state.client(inst).cancel()
+                self.client(inst).cancel()
+            except RunTimeout:
+                raise
             except TracrError:
                 self.current.pop(inst, None)
-
-    def heartbeat_idle(self) -> None:
-        """Participants without a task get no polls: keep their idle watchdogs fed."""
-        for inst, h in self.state.handles.items():
-            if inst not in self.current and h.alive():
-                try:
-                    self.state.client(inst).heartbeat()
-                except TracrError:
-                    pass
 
 
 def play(state: RunState) -> None:

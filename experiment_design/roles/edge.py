@@ -9,6 +9,7 @@ from typing import Any
 from experiment_design.errors import TracrError
 from experiment_design.partitioners import PartitionContext, create_partitioner
 from experiment_design.protocol import (
+    LIVENESS_TIMEOUT_S,
     InferenceRecord,
     LayerRecord,
     Measurements,
@@ -53,8 +54,13 @@ class EdgeRole(ParticipantService):
         """Open one authenticated data channel per downstream partner."""
         from experiment_design.transport import connect
 
+        # no reply for the liveness timeout: the partner is lost (a receive never waits for
+        # ever; a partner profiling or computing sends nothing only between requests)
+        deadline = float((self.config.get("run") or {}).get("liveness_timeout_s")
+                         or LIVENESS_TIMEOUT_S)
         for slot_peers in partners.get("downstream", []):
             ch = connect(slot_peers["host"], int(slot_peers["port"]), self.data_secret, self.codec)
+            ch.set_timeout(deadline, partner=slot_peers["instance"])
             self.channels.append((slot_peers["instance"], ch))
             log.info("connected to %s at %s:%s", slot_peers["instance"], slot_peers["host"],
                      slot_peers["port"])

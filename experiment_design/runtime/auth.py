@@ -16,8 +16,11 @@ from typing import Any
 NONCE_LEN = 32
 MAC_LEN = 32
 OK = b"TRACR-OK\n"
-# rpyc's default 30 s would cut long setup() calls (model build, dataset load).
-SYNC_TIMEOUT_S = 900
+# The observer's runner makes every call asynchronously and bounds it itself (per call,
+# with liveness and Ctrl-C checks: app_api/runner/client.py); this bounds any other
+# synchronous call (a script's, a test's, rpyc's own root fetch). rpyc's default 30 s
+# would cut a long setup() (model build, dataset load) made that way.
+SYNC_TIMEOUT_S = 300
 
 PROTOCOL_CONFIG: dict[str, Any] = {
     "allow_pickle": False,
@@ -89,7 +92,9 @@ def connect_control(host: str, port: int, secret: bytes, timeout: float = 10.0) 
         sock.close()
         raise ConnectionError(f"control connection to {host}:{port} refused: {exc}") from exc
     sock.settimeout(None)
-    return rpyc.connect_stream(SocketStream(sock), rpyc.VoidService, config=dict(PROTOCOL_CONFIG))
+    conn = rpyc.connect_stream(SocketStream(sock), rpyc.VoidService, config=dict(PROTOCOL_CONFIG))
+    conn.root  # noqa: B018 - fetched now (a bounded round trip), so later calls need no sync one
+    return conn
 
 
 def control_server(service: Any, secret: bytes, host: str = "127.0.0.1", port: int = 0,

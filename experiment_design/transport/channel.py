@@ -175,6 +175,7 @@ class DataChannel:
         self._rview = memoryview(self._rbuf)
         self._rpos = self._rend = 0
         self._last_table: tuple[bytes, Table] | None = None
+        self.partner: str | None = None  # named in a receive deadline's error
         self.closed = False
         if codec.compresses:
             load_blosc2()  # import now, so the first measured send does not pay for it
@@ -252,6 +253,13 @@ class DataChannel:
             except TransportError:
                 self.close()
                 raise
+            except TimeoutError as exc:  # the deadline of set_timeout()
+                self.close()
+                who = self.partner or "the partner"
+                raise TransportError(
+                    f"receiving from {who} ({self.peer[0]}:{self.peer[1]}) timed out after "
+                    f"{self.sock.gettimeout():g} s: {who} silent (lost)"
+                ) from exc
             except OSError as exc:
                 self.close()
                 raise TransportError(
@@ -431,13 +439,16 @@ class DataChannel:
             bandwidth = size / (transfer / 1e3)
         return {"bandwidth_Bps": bandwidth, "rtt_ms": rtt, "samples": samples}
 
-    def set_timeout(self, seconds: float | None) -> None:
+    def set_timeout(self, seconds: float | None, partner: str | None = None) -> None:
         """Bound every later socket wait (None: wait forever, the default after the handshake).
 
         A timeout in the middle of a frame leaves the stream out of step, so the channel is
         closed when one fires; use it to notice a partner that went silent, not to poll.
+        ``partner`` (its instance name) is named in the error a receive deadline raises.
         """
         self.sock.settimeout(seconds)
+        if partner is not None:
+            self.partner = partner
 
     # -- lifetime --------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app_api.launch import LocalLauncher, ParticipantSpec
+from experiment_design.protocol import ALIVE_LINE
 from experiment_design.runtime import connect_control
 
 pytestmark = pytest.mark.integration
@@ -34,6 +35,8 @@ def test_idle_timeout_exits_and_removes_workdir():
         proc.stdin.write(secret.hex().encode() + b"\n")
         proc.stdin.flush()
         line = proc.stdout.readline().decode()
+        while line.strip() == ALIVE_LINE:  # heartbeats flow from the start
+            line = proc.stdout.readline().decode()
         assert line.startswith("TRACR-READY ")
         ready = json.loads(line.split(" ", 1)[1])
         assert ready["pid"] == proc.pid and ready["port"] > 0

@@ -145,42 +145,60 @@ def test_control_maps_errors_and_counts_the_call_as_work():
     assert not svc.busy()
 
 
-class _Root:
-    def __init__(self, svc):
-        self.svc = svc
-
-    def __getattr__(self, name):
-        return getattr(self.svc, f"exposed_{name}")
-
-
 class _Handle:
+    """A launched participant as the client sees it: the service behind a real
+    authenticated rpyc connection on loopback (the client awaits calls asynchronously)."""
+
     host_label = "pi4"
 
     def __init__(self, svc, alive=True):
-        self.conn = type("Conn", (), {"root": _Root(svc)})()
+        import os
+        import threading
+
+        from experiment_design.runtime import connect_control
+        from experiment_design.runtime.auth import control_server
+
+        secret = os.urandom(32)
+        self.server = control_server(svc, secret)
+        threading.Thread(target=self.server.start, daemon=True).start()
+        self.conn = connect_control("127.0.0.1", self.server.port, secret)
         self._alive = alive
 
     def alive(self):
         return self._alive
 
+    def silent_for(self):
+        return 0.0
+
     def stderr_tail(self, n=8):
         return "Killed"
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.conn.close()
+        self.server.close()
+
 
 def test_client_calls_are_typed():
-    client = ParticipantClient("edge-1", _Handle(ParticipantService(instance="edge-1")))
-    assert isinstance(client.poll(0), PollReply) and client.poll(0).state == "idle"
-    assert client.data_address() is None and client.probe_link() is None
-    assert client.prepare_partitioner(Measurements()) is None
-    client.heartbeat()
-    client.finish()
+    with _Handle(ParticipantService(instance="edge-1")) as h:
+        client = ParticipantClient("edge-1", h)
+        assert isinstance(client.poll(0), PollReply) and client.poll(0).state == "idle"
+        assert client.data_address() is None and client.probe_link() is None
+        assert client.prepare_partitioner(Measurements()) is None
+        client.heartbeat()
+        client.finish()
 
 
 def test_client_names_the_participant_host_and_call():
-    client = ParticipantClient("edge-1", _Handle(_Boom(instance="edge-1")))
-    with pytest.raises(TracrError, match=r"edge-1 on pi4: boom\(\) failed: edge-1: ValueError"):
-        client.call("boom", PollRequest())
-    dead = ParticipantClient("edge-1", _Handle(_Boom(instance="edge-1"), alive=False))
-    with pytest.raises(ParticipantLost, match=r"edge-1 on pi4 died during boom\(\)") as err:
-        dead.call("boom", PollRequest())
-    assert err.value.hint == "Killed"
+    with _Handle(_Boom(instance="edge-1")) as h:
+        client = ParticipantClient("edge-1", h)
+        with pytest.raises(TracrError,
+                           match=r"edge-1 on pi4: boom\(\) failed: edge-1: ValueError"):
+            client.call("boom", PollRequest())
+    with _Handle(_Boom(instance="edge-1"), alive=False) as h:
+        dead = ParticipantClient("edge-1", h)
+        with pytest.raises(ParticipantLost, match=r"edge-1 on pi4 died during boom\(\)") as err:
+            dead.call("boom", PollRequest())
+        assert err.value.hint == "Killed"
