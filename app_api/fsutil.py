@@ -168,19 +168,25 @@ def user_owned(path: str | os.PathLike, mode: int = 0o755) -> Path:
     return path
 
 
-def atomic_write(path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644) -> Path:
+def atomic_write(
+    path: str | os.PathLike, data: bytes | str, *, mode: int = 0o644, for_user: bool = True
+) -> Path:
     """Write ``data`` to ``path`` atomically (temp file + ``os.replace``); return the path.
 
     The temporary file is created next to ``path`` with ``O_EXCL | O_NOFOLLOW``, gets
     ``mode``, is fsync'ed, then renamed over ``path`` through a descriptor of the
     directory (a link planted at ``path`` is replaced, never followed). Missing parent
     directories are created. Under sudo the file (and the directories created) belong to
-    the invoking user. A kill or a full disk leaves the old file, never a truncated one.
+    the invoking user; ``for_user=False`` keeps them root's (the lab's own secrets).
+    A kill or a full disk leaves the old file, never a truncated one.
     """
     path = Path(path).expanduser()
     payload = data.encode() if isinstance(data, str) else bytes(data)
-    ensure_dir(path.parent)
-    owner = invoking_user()
+    owner = invoking_user() if for_user else None
+    if for_user:
+        ensure_dir(path.parent)
+    else:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with _translate_permission(path):
         dfd = open_dir(path.parent)
         try:
@@ -263,6 +269,5 @@ def safe_dir(path: str | os.PathLike, *, owners: tuple[int, ...] = (0,)) -> bool
         st = os.lstat(path)
     except OSError:
         return False
-    return (
-        stat.S_ISDIR(st.st_mode) and st.st_uid in owners and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
+    writable_by_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid in owners and not writable_by_others
