@@ -84,8 +84,9 @@ def _acquire(deadline: float, wait_s: float) -> int | None:
     if not lab_state.lab_dir().is_dir():
         return None
     flags = os.O_CLOEXEC | os.O_NOFOLLOW
+    writer = os.access(lab_state.lab_dir(), os.W_OK)
     try:
-        if os.geteuid() == 0:
+        if writer:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
         else:  # a non-root run can still take the lock on root's file, read-only
             fd = os.open(path, os.O_RDONLY | flags)
@@ -108,7 +109,7 @@ def _acquire(deadline: float, wait_s: float) -> int | None:
                     hint="wait for that run or 'tracr lab shape' to finish, then try again",
                 ) from None
             time.sleep(0.05)
-    if os.geteuid() == 0:
+    if writer:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()}: {_cmdline()}\n".encode(), 0)

@@ -211,6 +211,7 @@ def test_a_second_shaper_waits_or_fails_clearly(cfg, lab_down_after):
     finally:
         holder.kill()  # the kernel drops the lock of a killed holder
         holder.wait()
+        holder.stdout.close()
     holder = hold(2)
     try:
         t0 = time.monotonic()
@@ -222,3 +223,25 @@ def test_a_second_shaper_waits_or_fails_clearly(cfg, lab_down_after):
         if holder.poll() is None:
             holder.kill()
         holder.wait()
+        holder.stdout.close()
+
+
+def test_down_removes_an_older_versions_files_by_name_only(cfg, tmp_path, lab_down_after):
+    """The user's lab dir from an older tracr: its keys, configs and state go; what else is
+    there, and whatever a planted link points to, stays."""
+    lab = lab_down_after
+    old = cfg / "lab"
+    (old / "lab-1").mkdir(parents=True)
+    for name in ("authorized_keys", "state.json", "id_ed25519", "id_ed25519.pub"):
+        (old / name).write_text("{}" if name == "state.json" else "x\n")
+    for name in ("ssh_host_ed25519_key", "sshd_config", "sshd.log"):
+        (old / "lab-1" / name).write_text("x\n")
+    (old / "notes.txt").write_text("mine\n")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "sshd_config").write_text("keep\n")
+    (old / "lab-2").symlink_to(victim)
+    removed = lab.down()
+    assert sorted(p.name for p in old.iterdir()) == ["lab-2", "notes.txt"]
+    assert (victim / "sshd_config").read_text() == "keep\n"
+    assert any("older tracr" in r for r in removed["refused"])
