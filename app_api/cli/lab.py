@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 _RATE_HELP = (
     "link rate per direction, e.g. 4MB/s, 1.5MB/s, 32Mbit, 100mbps or a plain number of "
@@ -60,7 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.set_defaults(func=cmd_ls)
 
     down = cmds.add_parser(
-        "down", help="remove every host, link, process, cgroup and key of the lab"
+        "down",
+        help="remove every host, link, process, cgroup and key of the lab (what it can "
+        "prove is the lab's; a tampered state file is refused, exit 1)",
     )
     down.add_argument("--json", action="store_true", help="print what was removed as JSON")
     down.set_defaults(func=cmd_down)
@@ -127,13 +130,16 @@ def cmd_down(args: argparse.Namespace) -> int:
     from app_api import lab
 
     removed = lab.down(say=_say(args))
+    refused = removed.get("refused") or []
     if args.json:
         print(json.dumps(removed, indent=2))
     elif not any(removed.values()):
         print("nothing to remove: no tracr lab is up")
     else:
         print("tracr lab is down")
-    return 0
+    for reason in refused:  # a forged or tampered state: said clearly, and exit 1
+        print(f"tracr lab down: refused: {reason}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 def cmd_shape(args: argparse.Namespace) -> int:

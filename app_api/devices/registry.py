@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from app_api.fsutil import atomic_write, read_text
 from experiment_design.errors import TracrError, UnknownNameError
 
 LOCALHOST = "localhost"
@@ -172,12 +172,13 @@ class DeviceRegistry:
     def load(cls, path: str | os.PathLike | None = None) -> DeviceRegistry:
         """Read the registry (an absent file is an empty registry)."""
         reg = cls(path)
-        if not reg.path.exists():
+        text = read_text(reg.path)  # a root-owned leftover is a clear error, not a traceback
+        if text is None:
             return reg
         import yaml
 
         try:
-            data = yaml.safe_load(reg.path.read_text()) or {}
+            data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise TracrError(
                 f"Device registry {reg.path} is not valid YAML: {exc}",
@@ -226,25 +227,14 @@ class DeviceRegistry:
         return dev
 
     def save(self) -> Path:
-        """Write the registry atomically (mode 0600)."""
+        """Write the registry atomically (mode 0600; the invoking user's under sudo)."""
         import yaml
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         body = {"devices": {n: self._devices[n].to_dict() for n in sorted(self._devices)}}
         text = "# tracr device registry (written by `tracr device`)\n" + yaml.safe_dump(
             body, sort_keys=False, default_flow_style=False
         )
-        fd, tmp = tempfile.mkstemp(prefix=".devices-", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return self.path
+        return atomic_write(self.path, text, mode=0o600)
 
 
 def get_device(name: str) -> Device:

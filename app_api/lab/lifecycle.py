@@ -4,10 +4,16 @@ Every resource is recorded in the state file right after it is created, so ``dow
 undoes exactly what ``up`` did, even when ``up`` stopped half way. ``down`` also looks
 for leftovers by our unique names (``tracr-lab-<n>`` namespaces, ``trlab-*`` links and
 cgroups), because the lab is one per machine and a lost state file must not strand it.
+
+``down`` runs as root, so it acts only on what it can prove is the lab's: a state whose
+names or paths differ from what ``up`` generates is refused (and reported), processes
+are stopped only inside our namespaces or when /proc shows our sshd with our config, and
+in the user's directory only the files tracr writes there are removed, by name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -15,11 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+from app_api import fsutil
 from app_api.devices.registry import known_hosts_path
 from app_api.lab import cgroup, network, sshd
+from app_api.lab import state as lab_state
+from app_api.lab.lock import WAIT_S, link_lock
 from app_api.lab.probe import measure_link
 from app_api.lab.registry_link import register_hosts, unregister_hosts
-from app_api.lab.state import host_entry, lab_dir, load_state, new_state, remove_state, save_state
+from app_api.lab.state import host_entry, load_state, new_state, remove_state, save_state
 from app_api.lab.system import pid_alive, require_root
 from app_api.units import format_rate, parse_rate
 from experiment_design.errors import TracrError
@@ -142,14 +151,18 @@ def _build(
     state["pinned"] = bool(pin) and n <= len(cpus)
     if pin and not state["pinned"]:
         say(f"not pinning: {n} hosts on {len(cpus)} CPUs (hosts share the cores)")
-    root = lab_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    client_key = root / "id_ed25519"
-    client_pub = sshd.make_key(client_key, "tracr-lab-client")
+    secrets = lab_state.ensure_lab_dirs()
+    # The key pair is made where only root can write, then the private half is handed to
+    # the user (their file, 0600); sshd trusts only the root-only authorized_keys.
+    made = secrets / "client_ed25519"
+    client_pub = sshd.make_key(made, "tracr-lab-client")
+    client_key = lab_state.client_key_path()
+    fsutil.atomic_write(client_key, made.read_bytes(), mode=0o600)
+    fsutil.atomic_write(client_key.with_name(client_key.name + ".pub"), client_pub + "\n")
+    made.unlink()
     state["client_key"] = str(client_key)
-    authorized = root / "authorized_keys"
-    authorized.write_text(client_pub + "\n")
-    authorized.chmod(0o600)
+    authorized = secrets / "authorized_keys"
+    fsutil.atomic_write(authorized, client_pub + "\n", mode=0o600, for_user=False)
     save_state(state)
 
     state["bridge_created"] = True
@@ -164,8 +177,8 @@ def _build(
         h.update(names)
         save_state(state)  # record the names before creating, so down finds half-made hosts
         network.create_host(names)
-        host_dir = root / names["name"]
-        host_dir.mkdir(exist_ok=True)
+        host_dir = lab_state.host_dir(names["name"])
+        host_dir.mkdir(mode=0o700, exist_ok=True)
         host_key = host_dir / "ssh_host_ed25519_key"
         pub = sshd.make_key(host_key, f"tracr-lab-{names['name']}")
         config = sshd.write_config(host_dir, names["address"], host_key, authorized)
@@ -272,8 +285,13 @@ def shape(
     *,
     verify: bool = True,
     say=lambda m: None,
+    wait_s: float = WAIT_S,
 ) -> dict:
-    """Re-shape the running lab (None/None removes shaping) and re-measure; returns link_report()."""
+    """Re-shape the running lab (None/None removes shaping) and re-measure; returns link_report().
+
+    Holds the lab link's lock (:func:`app_api.lab.lock.link_lock`) while it shapes and
+    measures; another holder is waited for at most ``wait_s`` seconds.
+    """
     require_root()
     state = load_state()
     if not state or not state.get("hosts"):
@@ -282,7 +300,9 @@ def shape(
         )
     rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
     plan = network.shaping_plan(rate, delay_ms)
-    _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
+    with link_lock(wait_s):
+        state = load_state() or state  # re-read: another shaper may have finished meanwhile
+        _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
     return link_report()
 
 
@@ -330,12 +350,27 @@ def status() -> dict | None:
 
 
 def down(*, say=lambda msg: None) -> dict:
-    """Remove everything the lab created (idempotent); return what was removed, by kind."""
+    """Remove everything the lab created and can prove is its own (idempotent).
+
+    Returns what was removed, by kind; ``removed["refused"]`` lists what was not trusted
+    (a forged or tampered state file, an older version's state in the user's directory).
+    """
     require_root()
+    refused: list[str] = []
     try:
         state = load_state()
-    except TracrError:
+    except TracrError as exc:
+        refused.append(str(exc))
         state = None  # unreadable: fall back to finding things by name
+    if state is not None:
+        problems = lab_state.validate_state(state, known_hosts_path())
+        if problems:
+            refused.append(
+                f"the lab state file {lab_state.state_path()} was not written by tracr "
+                f"({'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}); "
+                "it was ignored and only what is found by the lab's own names was removed"
+            )
+            state = None
     state = state or new_state()
     removed: dict[str, list] = {
         k: []
@@ -345,7 +380,7 @@ def down(*, say=lambda msg: None) -> dict:
     namespaces = {h["ns"] for h in state["hosts"] if h.get("ns")} | set(network.list_namespaces())
     for h in state["hosts"]:
         pid = h.get("sshd_pid")
-        if pid and _in_namespace(pid, h.get("ns")) and sshd.stop_pid(pid):
+        if pid and _our_sshd(h) and sshd.stop_pid(pid):
             removed["processes"].append(pid)
     for ns in sorted(namespaces):
         # Only processes inside our own namespaces: sessions, participants, probes.
@@ -369,25 +404,73 @@ def down(*, say=lambda msg: None) -> dict:
             removed["cgroups"].append(path)
 
     removed["registry"] = unregister_hosts(state)
-    if state.get("known_hosts") and state.get("known_hosts_lines"):
-        hosts = {line.split()[0] for line in state["known_hosts_lines"]}
-        if sshd.remove_known_hosts(Path(state["known_hosts"]), hosts):
-            removed["known_hosts"] = sorted(hosts)
-
-    root = lab_dir()
-    if root.exists():
-        removed["files"].append(str(root))
-        remove_state()
-        shutil.rmtree(root, ignore_errors=True)
+    removed["known_hosts"] = _forget_host_keys(state, refused)
+    removed["files"] = _remove_files(refused)
+    removed["refused"] = refused
     for kind, items in removed.items():
-        if items:
+        if items and kind != "refused":
             say(f"removed {kind}: {', '.join(map(str, items))}")
     return removed
 
 
-def _in_namespace(pid: int, ns: str | None) -> bool:
-    """True if ``pid`` still runs inside our namespace (so a reused PID is never killed)."""
-    return bool(ns) and pid in network.ns_pids(ns)
+def _our_sshd(h: dict) -> bool:
+    """True if host ``h``'s recorded sshd PID still is the sshd we started in its namespace
+    (a reused PID, or a PID written into the state by someone else, is never killed)."""
+    try:
+        want = lab_state.expected_host(h.get("name"))
+    except ValueError:
+        return False
+    pid = h.get("sshd_pid")
+    return (
+        h.get("ns") == want["ns"]
+        and pid in network.ns_pids(want["ns"])
+        and sshd.is_our_sshd(pid, want["sshd_config"], want["sshd_log"])
+    )
+
+
+def _forget_host_keys(state: dict, refused: list[str]) -> list[str]:
+    """Drop the lab's host keys from tracr's known_hosts (recorded lines, else the subnet's)."""
+    path = known_hosts_path()
+    recorded = {line.split()[0] for line in state.get("known_hosts_lines") or []}
+    subnet = {f"{network.SUBNET_PREFIX}.{i + 1}" for i in range(1, network.MAX_HOSTS + 1)}
+    hosts = recorded or subnet
+    try:
+        if sshd.remove_known_hosts(path, hosts):
+            return sorted(recorded) if recorded else [f"{network.SUBNET_PREFIX}.*"]
+    except (OSError, TracrError) as exc:
+        refused.append(f"could not edit {path}: {exc}")
+    return []
+
+
+def _remove_files(refused: list[str]) -> list[str]:
+    """Remove the lab's root directory and, from the user's lab dir, only the files tracr
+    writes there (by name; links are removed, never followed)."""
+    removed: list[str] = []
+    root = lab_state.lab_dir()
+    if os.path.lexists(root):
+        remove_state()
+        if root.is_symlink():
+            os.unlink(root)
+        else:
+            shutil.rmtree(root, ignore_errors=True)  # fd-based: links inside are not followed
+        removed.append(str(root))
+    user_dir = lab_state.client_dir()
+    legacy = [p for p in lab_state.legacy_files() if os.path.lexists(p)]
+    if any(p.name == "state.json" for p in legacy):
+        refused.append(f"an older tracr's lab state {user_dir / 'state.json'} was not trusted "
+                       "(it sits in a directory you can write); it was deleted")
+    key = lab_state.client_key_path()
+    for path in [key, key.with_name(key.name + ".pub"), *legacy]:
+        if fsutil.unlink(path):
+            removed.append(str(path))
+    for sub in {p.parent for p in legacy if p.parent != user_dir}:
+        with contextlib.suppress(OSError):
+            os.rmdir(sub)
+    with contextlib.suppress(OSError):
+        if os.path.isdir(user_dir) and not os.path.islink(user_dir):
+            os.rmdir(user_dir)  # only when empty: what else the user keeps there stays
+            removed.append(str(user_dir))
+    return removed
 
 
 def _our_cgroups() -> set[str]:

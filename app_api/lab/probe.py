@@ -5,24 +5,53 @@ A receiver runs in the destination namespace and a sender in the source namespac
 small messages gives the round-trip time; then the sender streams for a few seconds
 and the receiver times what arrives. The first quarter second is left out of the rate
 so the token bucket's initial burst and TCP slow start do not inflate or deflate it.
+Each connection opens with a per-probe secret; the receiver ignores any other client.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import statistics
 import subprocess
 import sys
 
 from experiment_design.errors import TracrError
 
+# Both ends get a fresh random secret on stdin (never on the command line, which any
+# local user can read in /proc). The sender opens each connection with it; the receiver
+# drops any connection that does not, within a few seconds, so a stray or hostile client
+# on the lab subnet can neither take the probe's place nor stall it.
 _RECEIVER = r"""
-import json, socket, sys, time
+import hmac, json, socket, sys, time
 addr, skip = sys.argv[1], float(sys.argv[2])
+secret = sys.stdin.readline().strip().encode()
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind((addr, 0)); srv.listen(2); srv.settimeout(30)
+srv.bind((addr, 0)); srv.listen(8)
 print(srv.getsockname()[1], flush=True)
-c, _ = srv.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+end = time.monotonic() + 60
+
+def ours():
+    while True:                  # accept until the sender's own connection arrives
+        left = end - time.monotonic()
+        if left <= 0: raise SystemExit("the probe's sender never connected")
+        srv.settimeout(left)
+        c, _ = srv.accept()
+        c.settimeout(3)
+        got = b""
+        try:
+            while len(got) < len(secret):
+                d = c.recv(len(secret) - len(got))
+                if not d: break
+                got += d
+        except OSError:
+            pass
+        if hmac.compare_digest(got, secret):
+            c.settimeout(30)
+            return c
+        c.close()                # a foreign connection: ignored
+
+c = ours(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 while True:                      # ping-pong: echo each 32-byte message
     m = b""
     while len(m) < 32:
@@ -32,7 +61,7 @@ while True:                      # ping-pong: echo each 32-byte message
     if len(m) < 32: break
     c.sendall(m)
 c.close()
-c, _ = srv.accept(); c.settimeout(30)
+c = ours()
 buf = bytearray(1 << 20); total = 0; t0 = None; mark = None; mark_bytes = 0
 while True:
     n = c.recv_into(buf)
@@ -49,7 +78,8 @@ print(json.dumps({"bytes": total, "first": t0, "mark": mark, "mark_bytes": mark_
 _SENDER = r"""
 import json, socket, sys, time
 addr, port, seconds, pings = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-s = socket.create_connection((addr, port), timeout=10)
+secret = sys.stdin.readline().strip().encode()
+s = socket.create_connection((addr, port), timeout=10); s.sendall(secret)
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 rtts = []
 for i in range(pings + 3):
@@ -60,7 +90,7 @@ for i in range(pings + 3):
         got += len(d)
     if i >= 3: rtts.append((time.perf_counter() - t) * 1e3)   # 3 warm-up rounds
 s.close()
-s = socket.create_connection((addr, port), timeout=10)
+s = socket.create_connection((addr, port), timeout=10); s.sendall(secret)
 chunk = memoryview(b"\0" * (256 << 10)); sent = 0; t0 = time.perf_counter()
 while time.perf_counter() - t0 < seconds:
     s.sendall(chunk); sent += len(chunk)
@@ -87,18 +117,24 @@ def measure_link(
     ``None`` for a namespace means the root namespace (the observer).
     """
     py = [sys.executable, "-I", "-c"]
+    secret = secrets.token_hex(16)
     recv = subprocess.Popen(
         _netns(dst_ns, [*py, _RECEIVER, dst_address, str(skip)]),
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
+        recv.stdin.write(secret + "\n")
+        recv.stdin.close()
+        recv.stdin = None  # so communicate() below does not touch the closed pipe
         port_line = recv.stdout.readline().strip()
         if not port_line.isdigit():
             raise TracrError(f"link probe receiver did not start: {recv.stderr.read().strip()}")
         send = subprocess.run(
             _netns(src_ns, [*py, _SENDER, dst_address, port_line, str(seconds), str(pings)]),
+            input=secret + "\n",
             capture_output=True,
             text=True,
             timeout=seconds + 60,

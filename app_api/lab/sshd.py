@@ -1,9 +1,16 @@
-"""One sshd per lab host: its host key, config, process, and the client side (key, known_hosts)."""
+"""One sshd per lab host: its host key, config, process, and the client side (key, known_hosts).
+
+sshd runs as root in every lab host, so everything it reads (config, host key,
+authorized keys) lives in the root-only :func:`app_api.lab.state.sshd_dir` and sshd
+checks that itself (``StrictModes yes``). The observer's client key is copied out to the
+user who ran ``sudo``; the user's copy grants nothing by being rewritten.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -11,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from app_api import fsutil
 from app_api.lab.system import pid_alive, run
 from experiment_design.errors import TracrError
 
@@ -32,8 +40,10 @@ def sshd_binary() -> str:
 
 
 def make_key(path: Path, comment: str) -> str:
-    """Generate an ed25519 key pair at ``path`` (no passphrase); return the public key line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Generate an ed25519 key pair at ``path`` (no passphrase); return the public key line.
+
+    ``path`` must be in a directory only root can write (ssh-keygen follows links).
+    """
     for p in (path, path.with_name(path.name + ".pub")):
         p.unlink(missing_ok=True)
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
@@ -61,8 +71,8 @@ PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-# The keys live under the tracr config dir, which may sit below a world-writable /tmp.
-StrictModes no
+# Every key file sits in a root-only directory; sshd refuses them if that ever changes.
+StrictModes yes
 UseDNS no
 PrintMotd no
 AllowTcpForwarding yes
@@ -74,9 +84,7 @@ ClientAliveInterval 15
 ClientAliveCountMax 4
 Subsystem sftp {sftp}
 """
-    path = host_dir / "sshd_config"
-    path.write_text(text)
-    return path
+    return fsutil.atomic_write(host_dir / "sshd_config", text, mode=0o600, for_user=False)
 
 
 def ensure_privsep_dir() -> bool:
@@ -171,23 +179,38 @@ def host_key_line(address: str, pub_line: str, port: int = 22) -> str:
 
 
 def add_known_hosts(path: Path, lines: list[str]) -> None:
-    """Append host-key lines to ``path``, replacing older lines for the same hosts."""
+    """Add host-key lines to ``path``, replacing older lines for the same hosts.
+
+    Rewritten atomically, no link followed, and the invoking user's under sudo.
+    """
     hosts = {line.split()[0] for line in lines}
-    remove_known_hosts(path, hosts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        for line in lines:
-            f.write(line + "\n")
-    path.chmod(0o600)
+    old = (fsutil.read_text(path) or "").splitlines()
+    keep = [line for line in old if not (line.split() and line.split()[0] in hosts)]
+    fsutil.atomic_write(path, "".join(line + "\n" for line in [*keep, *lines]), mode=0o600)
 
 
 def remove_known_hosts(path: Path, hosts: set[str]) -> int:
     """Drop the lines of ``hosts`` from ``path``; return how many lines were removed."""
-    try:
-        old = path.read_text().splitlines()
-    except FileNotFoundError:
-        return 0
+    old = (fsutil.read_text(path) or "").splitlines()
     keep = [line for line in old if not (line.split() and line.split()[0] in hosts)]
     if len(keep) != len(old):
-        path.write_text("".join(line + "\n" for line in keep))
+        fsutil.atomic_write(path, "".join(line + "\n" for line in keep), mode=0o600)
     return len(old) - len(keep)
+
+
+def is_our_sshd(pid: int, config: str, log_path: str) -> bool:
+    """True if ``pid`` is the sshd ``lab up`` started with this config and log.
+
+    Read from /proc: the executable must be sshd, and the command line ours (sshd's
+    listener rewrites it as ``sshd: /usr/sbin/sshd -D -f CONFIG -E LOG [listener] ...``).
+    """
+    try:
+        exe = os.readlink(f"/proc/{int(pid)}/exe")
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            text = " ".join(a.decode(errors="replace") for a in f.read().split(b"\0") if a)
+    except (OSError, ValueError):
+        return False
+    if not os.path.basename(exe).startswith("sshd"):
+        return False
+    ours = re.escape(f"-D -f {config} -E {log_path}")
+    return re.fullmatch(rf"(sshd: )?\S*sshd {ours}( \[listener\].*)?", text) is not None

@@ -98,25 +98,27 @@ def apply(bandwidth: str | None, delay_ms: float | None, say=lambda m: None) -> 
 def shaped(bandwidth: str | None, delay_ms: float | None = None,
            say=lambda m: None) -> Iterator[dict]:
     """Shape the lab link for the ``with`` body; put the previous shaping back afterwards."""
-    before = current_shaping()
-    try:
-        yield apply(bandwidth, delay_ms, say=say)
-    finally:
-        with contextlib.suppress(TracrError):
-            if lab_hosts():
-                restore(before, say=say)
+    with lab.link_lock():  # one shaped run at a time: no other run re-shapes the link under us
+        before = current_shaping()
+        try:
+            yield apply(bandwidth, delay_ms, say=say)
+        finally:
+            with contextlib.suppress(TracrError):
+                if lab_hosts():
+                    restore(before, say=say)
 
 
 @contextlib.contextmanager
 def keep_shaping(say=lambda m: None) -> Iterator[dict]:
     """Remember the lab's shaping and restore it when the ``with`` body ends (bandwidth loops)."""
-    before = current_shaping()
-    try:
-        yield before
-    finally:
-        with contextlib.suppress(TracrError):
-            if lab_hosts():
-                restore(before, say=say)
+    with lab.link_lock():  # the whole sweep holds the link
+        before = current_shaping()
+        try:
+            yield before
+        finally:
+            with contextlib.suppress(TracrError):
+                if lab_hosts():
+                    restore(before, say=say)
 
 
 def restore(before: dict, say=lambda m: None) -> None:

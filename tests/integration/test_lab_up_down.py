@@ -119,7 +119,7 @@ def test_lab_up_ssh_shaping_quota_and_down(cfg):
     pids = [h["sshd_pid"] for h in state["hosts"]]
     try:
         assert sorted(_namespaces()) == ["tracr-lab-1", "tracr-lab-2"]
-        assert json.loads((cfg / "lab" / "state.json").read_text())["complete"] is True
+        assert json.loads(lab.state_path().read_text())["complete"] is True
         for h in state["hosts"]:
             assert _alive(h["sshd_pid"])
             with socket.create_connection((h["address"], 22), timeout=5) as s:  # from the root ns

@@ -15,6 +15,8 @@ from experiment_design.errors import TracrError, UnknownNameError
 @pytest.fixture
 def cfg(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
+    # the lab's root-owned directory, here inside the test's own
+    monkeypatch.setattr(state, "LAB_ROOT", tmp_path / "lab", raising=False)
     return tmp_path
 
 
@@ -26,7 +28,7 @@ def test_state_round_trip(cfg):
     assert state.host_entry(s, "lab-1") is h
     path = state.save_state(s)
     assert path == cfg / "lab" / "state.json"
-    assert not path.with_suffix(".json.tmp").exists()
+    assert [p.name for p in path.parent.iterdir() if p.is_file()] == ["state.json"]
     loaded = state.load_state()
     assert loaded["hosts"] == [{"name": "lab-1", "ns": "tracr-lab-1", "sshd_pid": 123}]
     assert state.remove_state() is True
@@ -163,3 +165,65 @@ def test_link_report_and_edge_profile_carry_the_period(cfg):
     state.save_state(st)
     assert link_report()["cpu"]["lab-1"]["period_us"] == 100_000
     assert _lab_quota("lab-1")["period_ms"] == 100.0
+
+
+def test_save_state_follows_no_planted_link(cfg, tmp_path):
+    """Links planted where the state (or its temp file) is written are never followed."""
+    d = state.state_path().parent
+    d.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "victim"
+    victim.write_text("root's file")
+    for name in ("state.json", "state.json.tmp"):
+        (d / name).symlink_to(victim)
+    state.save_state(state.new_state())
+    assert victim.read_text() == "root's file"
+    assert not state.state_path().is_symlink()
+    assert state.load_state()["hosts"] == []
+
+
+def test_load_state_refuses_a_link(cfg, tmp_path):
+    d = state.state_path().parent
+    d.mkdir(parents=True, exist_ok=True)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(state.new_state()))
+    state.state_path().symlink_to(elsewhere)
+    with pytest.raises(TracrError, match="symbolic link"):
+        state.load_state()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("ns", "../../etc"),
+        ("veth_host", "eth0"),
+        ("cgroup", "/sys/fs/cgroup/system.slice"),
+        ("dir", "/etc"),
+        ("sshd_config", "/tmp/evil/sshd_config"),
+        ("name", "lab-1; rm -rf /"),
+        ("sshd_pid", True),
+    ],
+)
+def test_validate_state_names_every_foreign_field(cfg, field, value):
+    from app_api.devices.registry import known_hosts_path
+
+    good = state.new_state()
+    h = state.host_entry(good, "lab-2")
+    h.update({k: v for k, v in state.expected_host("lab-2").items() if k != "cgroups"})
+    h.update(cgroup=str(cgroup.CGROUP_ROOT / "tracr-lab-2"), sshd_pid=4321)
+    good.update(registry=["lab-2"], known_hosts=str(known_hosts_path()),
+                known_hosts_lines=["10.213.0.3 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA"])
+    assert state.validate_state(good, known_hosts_path()) == []
+    h[field] = value
+    problems = state.validate_state(good, known_hosts_path())
+    assert problems and repr(value) in problems[0]
+
+
+def test_validate_state_refuses_foreign_paths_and_names(cfg, tmp_path):
+    from app_api.devices.registry import known_hosts_path
+
+    forged = state.new_state()
+    forged.update(known_hosts=str(tmp_path / "hosts"), client_key="/etc/shadow",
+                  registry=["pi4"], known_hosts_lines=["example.com ssh-rsa AAAA"])
+    problems = " ".join(state.validate_state(forged, known_hosts_path()))
+    for bad in ("hosts", "/etc/shadow", "pi4", "example.com"):
+        assert bad in problems
