@@ -48,15 +48,18 @@ class CodecConfig:
     ``codec`` is one of :data:`CODECS` (``"none"`` sends raw bytes), ``filter`` one of
     :data:`FILTERS`, ``level`` 0-9 (0 = store), ``nthreads`` the blosc2 threads per call
     (1 by default: participants are thread-limited and their cores belong to the model).
+    ``encrypt`` encrypts every frame (AES-256-GCM) on channels opened with this config;
+    every frame carries an integrity tag either way. Both ends must agree on it.
 
     >>> CodecConfig.from_dict({"codec": "lz4", "level": 5}).to_dict()
-    {'codec': 'lz4', 'level': 5, 'filter': 'shuffle', 'nthreads': 1}
+    {'codec': 'lz4', 'level': 5, 'filter': 'shuffle', 'nthreads': 1, 'encrypt': False}
     """
 
     codec: str = "zstd"
     level: int = 1
     filter: str = "shuffle"
     nthreads: int = 1
+    encrypt: bool = False
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -76,12 +79,14 @@ class CodecConfig:
             raise TracrError(
                 f"transport nthreads must be a positive integer, got {self.nthreads!r}"
             )
+        if not isinstance(self.encrypt, bool):
+            raise TracrError(f"transport encrypt must be true or false, got {self.encrypt!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> CodecConfig:
         """Build from a manifest dict; missing keys take the defaults, unknown keys are errors."""
         d = dict(d or {})
-        known = {"codec", "level", "filter", "nthreads"}
+        known = {"codec", "level", "filter", "nthreads", "encrypt"}
         extra = sorted(set(d) - known)
         if extra:
             raise TracrError(
