@@ -192,6 +192,8 @@ class DataChannel:
             self.peer: tuple[Any, ...] = sock.getpeername()
         except OSError:
             self.peer = ("?", 0)
+        if not isinstance(self.peer, tuple) or len(self.peer) < 2:  # a socketpair, say
+            self.peer = (str(self.peer) or "local", 0)
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         # Read-ahead buffer: a small frame (prefix, header and payload) usually arrives in

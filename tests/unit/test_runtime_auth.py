@@ -55,8 +55,8 @@ def test_raw_rpyc_without_token_gets_nothing(server):
     srv, _ = server
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=3)
     try:
-        s.recv(32)  # the nonce
-        s.sendall(b"\x00" * 32)  # garbage answer
+        s.recv(40)  # the greeting and nonce
+        s.sendall(b"\x00" * 64)  # garbage answer
         assert s.recv(64) == b""  # closed before any rpyc frame
     finally:
         s.close()
