@@ -23,6 +23,7 @@ from experiment_design.transport.errors import ProtocolError
 _CODEC_SET = frozenset(CODECS)
 CHUNK_BYTES = 1 << 28  # raw bytes per blosc2 chunk; blosc2's own limit is just under 2 GiB
 MAX_DIMS = 32
+MAX_DIM = 1 << 40  # one dimension; more overflows torch's shapes even when another dim is 0
 
 # name on the wire -> (torch dtype, element size). bfloat16 has no numpy twin, so its bytes
 # are handled through an int16 view; every dtype is moved as uint8 memory anyway.
@@ -249,13 +250,13 @@ def parse_entry(d: Any) -> TensorEntry:
     except (KeyError, TypeError):
         raise ProtocolError(f"tensor entry is incomplete: {str(d)[:200]}") from None
     spec = DTYPES.get(dtype) if type(dtype) is str else None
-    if type(name) is not str or spec is None or codec not in _CODEC_SET:
+    if type(name) is not str or spec is None or type(codec) is not str or codec not in _CODEC_SET:
         raise ProtocolError(f"bad tensor entry name/dtype/codec: {name!r} {dtype!r} {codec!r}")
     if type(shape) is not list or len(shape) > MAX_DIMS:
         raise ProtocolError(f"bad shape for tensor {name!r}")
     size = spec[1]
     for dim in shape:
-        if type(dim) is not int or dim < 0:
+        if type(dim) is not int or not 0 <= dim <= MAX_DIM:
             raise ProtocolError(f"bad shape for tensor {name!r}")
         size *= dim
     if type(raw) is not int or size != raw:
