@@ -462,11 +462,12 @@ class DataChannel:
             pos += e.encoded_nbytes
         return tensors, decode_ms
 
-    def _read_growing(self, n: int, absorb: Any) -> bytearray:
+    def _read_growing(self, n: int, absorb: Any) -> Any:
         """``n`` bytes of the stream in a buffer of their own that grows as they arrive;
         each piece goes through ``absorb`` (tag or decrypt) as soon as it is in."""
         size = min(n, _GROW)
-        buf = bytearray(size)
+        # Every byte is about to be overwritten: no zero-filling (bytearray(n) would).
+        buf: Any = np.empty(n, np.uint8) if n <= _GROW else bytearray(size)
         got = 0
         while True:
             with memoryview(buf) as view:
