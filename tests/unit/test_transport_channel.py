@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from experiment_design.errors import TracrError
 from experiment_design.transport import (
     AuthError,
     ChannelClosed,
@@ -284,3 +285,30 @@ def test_back_to_back_frames_and_a_large_header_stay_in_step(peer):
             assert torch.equal(back["x"], torch.full((i + 1, 3), float(i)))
         header, back, _ = ch.recv()
     assert header["got"]["note"] == big_note and torch.equal(back["y"], torch.arange(5))
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_an_encrypted_channel_round_trips_small_and_large_frames(codec):
+    cfg = CodecConfig(codec=codec, encrypt=True)
+    p = Peer(codec=cfg)
+    try:
+        big = torch.relu(torch.randn(600_000, generator=torch.Generator().manual_seed(1)))
+        with connect("127.0.0.1", p.port, SECRET, cfg) as ch:
+            for t in (torch.arange(10), big, torch.ones(2, 3)):
+                header, back, _ = ch.request({"n": t.numel()}, {"x": t, "y": t[:3] * 2})
+                assert header["got"] == {"n": t.numel()}
+                assert torch.equal(back["x"], t) and torch.equal(back["y"], t[:3] * 2)
+    finally:
+        p.close()
+
+
+def test_both_ends_must_agree_on_encryption():
+    p = Peer(codec=CodecConfig(encrypt=True))
+    try:
+        with pytest.raises(AuthError, match="encrypt"):
+            connect("127.0.0.1", p.port, SECRET, CodecConfig(encrypt=False))
+    finally:
+        p.close()
+    with pytest.raises(TracrError, match="encrypt"):
+        CodecConfig(encrypt="yes")
+    assert CodecConfig.from_dict({"encrypt": True}).encrypt is True
