@@ -5,8 +5,10 @@ serves both a tracr data channel and a bare TCP receiver. This process then meas
 interleaved round by round so that a busy machine slows both sides alike:
 
 1. throughput: one large float32 tensor through :class:`DataChannel` (ended by the
-   peer's ack frame) versus the same bytes written with ``sendall`` to a receiver that
-   ``recv_into``'s them into a fresh buffer and answers one byte;
+   peer's ack frame; every frame carries its AES-GCM integrity tag) versus the same
+   bytes written with ``sendall`` to a receiver that ``recv_into``'s them into a fresh
+   buffer and answers one byte; the same tensor through an encrypted channel is a third
+   step of each round (``encrypted``);
 2. round trip: a 1x10 float32 tensor echoed through :class:`DataChannel` versus the
    same 40 bytes echoed over the raw socket.
 
@@ -17,6 +19,7 @@ rounds, warm-up rounds discarded. MB means 10^6 bytes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import select
@@ -159,13 +162,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stop = partial(_stop_peer, proc)
     try:
         ch = connect("127.0.0.1", ports["data_port"], secret, main_codec)
+        enc_codec = dataclasses.replace(main_codec, encrypt=True)
+        ench = connect("127.0.0.1", ports["data_port_encrypted"], secret, enc_codec)
         raw = socket.create_connection(("127.0.0.1", ports["raw_port"]))
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            rounds = _Rounds(ch, raw, big, small, main_codec)
+            rounds = _Rounds(ch, raw, big, small, main_codec, ench)
             figures = rounds.run(repeats, warmup, rtt_rounds, zstd if compressed else None)
         finally:
             ch.close()
+            ench.close()
             raw.close()
     finally:
         stop()
@@ -174,6 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     raw_mbps = _median(figures["raw_MBps"])
     tracr_rtt = _median(figures["tracr_rtt_ms"])
     raw_rtt = _median(figures["raw_rtt_ms"])
+    enc_mbps = _median(figures["encrypted_MBps"])
     result: dict[str, Any] = {
         "throughput_ratio": tracr_mbps / raw_mbps,
         "rtt_ratio": tracr_rtt / raw_rtt,
@@ -195,6 +202,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "link": "loopback, peer "
         + ("on threads of this process" if in_process else "in a separate process"),
+        "mac": "AES-256-GCM tag (GMAC) on every frame, per-direction session keys",
+        "mac_MBps": tracr_mbps,  # the tracr figures above are the MAC'd path
+        "encrypted": {
+            "cipher": "AES-256-GCM",
+            "MBps": enc_mbps,
+            "throughput_ratio": enc_mbps / raw_mbps,
+        },
+        "crypto_GBps": _crypto_speed(big),
     }
     if compressed:
         result["zstd"] = {
@@ -212,15 +227,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _crypto_speed(big) -> dict[str, float]:
+    """GB/s of tagging and of encrypting the tensor's bytes in this process (no network)."""
+    from experiment_design.transport import derive
+    from experiment_design.transport.codec import byte_view, now_ms
+
+    view = byte_view(big)
+    out = bytearray(view.nbytes)
+    session = derive(os.urandom(32), os.urandom(32), os.urandom(32), encrypt=True)[0]
+    tag_ms, enc_ms = [], []
+    for _ in range(5):
+        t0 = now_ms()
+        mac = session.payload_mac()
+        mac.authenticate_additional_data(view)
+        mac.finalize()
+        t1 = now_ms()
+        enc = session.payload_encryptor()
+        enc.update_into(view, out)
+        enc.finalize()
+        t2 = now_ms()
+        tag_ms.append(t1 - t0)
+        enc_ms.append(t2 - t1)
+    n = view.nbytes / 1e9
+    return {"mac": n / (_median(tag_ms) / 1e3), "encrypt": n / (_median(enc_ms) / 1e3)}
+
+
 class _Rounds:
     """One measured round of each kind; every figure is appended to ``self.out``."""
 
-    def __init__(self, ch, raw, big, small, codec) -> None:
+    def __init__(self, ch, raw, big, small, codec, ench=None) -> None:
         from experiment_design.transport.auth import recv_exact
         from experiment_design.transport.codec import byte_view, now_ms
         from experiment_design.transport.peer import RAW_REQUEST
 
         self.ch, self.raw, self.big, self.small, self.codec = ch, raw, big, small, codec
+        self.ench = ench
         self.recv_exact, self.now_ms = recv_exact, now_ms
         self.nbytes = big.numel() * big.element_size()
         self.big_view = byte_view(big)
@@ -246,6 +287,17 @@ class _Rounds:
             self.out["zstd_encode_ms"].append(sent.encode_ms)
             self.out["zstd_decode_ms"].append(float(header.get("decode_ms", float("nan"))))
 
+    def encrypted_big(self) -> None:
+        from experiment_design.errors import TracrError
+
+        t0 = self.now_ms()
+        self.ench.send({"op": "ack"}, {"x": self.big}, codec=self.codec)
+        header, _, _ = self.ench.recv()
+        ms = self.now_ms() - t0
+        if header.get("op") != "ack":
+            raise TracrError(f"the bench peer answered {header!r}")
+        self.out["encrypted_MBps"].append(self.nbytes / 1e6 / (ms / 1e3))
+
     def raw_big(self) -> None:
         t0 = self.now_ms()
         self.raw.sendall(self.raw_head)
@@ -266,7 +318,7 @@ class _Rounds:
 
     def run(self, repeats: int, warmup: int, rtt_rounds: int, zstd) -> dict[str, list[float]]:
         """Warm up, then measure; ABBA order so neither side always goes first."""
-        self._alternate(self.tracr_big, self.raw_big, warmup, repeats)
+        self._alternate(self.tracr_big, self.raw_big, warmup, repeats, self.encrypted_big)
         self._alternate(self.tracr_small, self.raw_small, max(warmup, 10), rtt_rounds)
         if zstd is not None:  # last, on its own: its CPU load must not disturb the comparison
             for i in range(warmup + repeats):
@@ -276,13 +328,18 @@ class _Rounds:
                 self.tracr_big(zstd)
         return self.out
 
-    def _alternate(self, a, b, warmup: int, rounds: int) -> None:
+    def _alternate(self, a, b, warmup: int, rounds: int, c=None) -> None:
+        steps = [a, b] if c is None else [a, b, c]
         for i in range(warmup + rounds):
             if i == warmup:
                 for key in _KEYS[a.__name__]:
                     self.out[key].clear()
-            for step in (a, b) if i % 2 == 0 else (b, a):
+            k = i % len(steps)  # rotate, so no step always goes first
+            for step in steps[k:] + steps[:k]:
                 step()
 
 
-_KEYS = {"tracr_big": ("tracr_MBps", "raw_MBps"), "tracr_small": ("tracr_rtt_ms", "raw_rtt_ms")}
+_KEYS = {
+    "tracr_big": ("tracr_MBps", "raw_MBps", "encrypted_MBps"),
+    "tracr_small": ("tracr_rtt_ms", "raw_rtt_ms"),
+}

@@ -165,11 +165,14 @@ SCHEMA = Field(
         ),
         "transport": Field(
             "map",
-            default={"codec": "zstd", "level": 1, "filter": "shuffle"},
+            default={"codec": "zstd", "level": 1, "filter": "shuffle", "encrypt": False},
             keys={
                 "codec": Field("str", default="zstd", choices=CODECS),
                 "level": Field("int", default=1, min=0, max=9),
                 "filter": Field("str", default="shuffle", choices=FILTERS),
+                "encrypt": Field(
+                    "bool", default=False, doc="encrypt tensors between participants (AES-GCM)"
+                ),
             },
         ),
         "run": Field(

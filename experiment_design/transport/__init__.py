@@ -2,7 +2,8 @@
 
 Crossing tensors travel as raw or blosc2-compressed buffers on a dedicated TCP
 connection (never pickled, never through rpyc), after a mutual HMAC-SHA256
-challenge-response on the run's secret::
+challenge-response on the run's secret that also derives the connection's own keys;
+every frame then carries AES-GCM tags (and is encrypted with ``encrypt=True``)::
 
     # receiving participant (cloud)                  # sending participant (edge)
     server = DataServer("127.0.0.1", 0, secret, cfg)
@@ -27,11 +28,13 @@ from experiment_design.transport.codec import CODECS, DTYPES, FILTERS, CodecConf
 from experiment_design.transport.errors import (
     AuthError,
     ChannelClosed,
+    IntegrityError,
     ProtocolError,
     TransportError,
 )
 from experiment_design.transport.frame import Limits
 from experiment_design.transport.server import DataServer, connect
+from experiment_design.transport.session import Session, derive
 
 __all__ = [
     "CODECS",
@@ -44,11 +47,14 @@ __all__ = [
     "CodecConfig",
     "DataChannel",
     "DataServer",
+    "IntegrityError",
     "Limits",
     "ProtocolError",
     "RecvStats",
     "RequestStats",
     "SendStats",
+    "Session",
     "TransportError",
     "connect",
+    "derive",
 ]

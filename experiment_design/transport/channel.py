@@ -1,5 +1,11 @@
 """DataChannel: one authenticated, framed TCP connection between two participants.
 
+Every frame is sealed by the connection's :class:`~experiment_design.transport.session.Session`
+(a tag over the prefix and header, checked before either is parsed, and one over the
+payload; optionally encryption); a frame that fails its tag, or that no parser accepts,
+closes the channel with one :class:`TransportError` that names the peer, so the stream
+is never left out of step.
+
 Tensors never go through rpyc (which copies the rest of a large message on every socket
 write); they go here, as raw or blosc2-compressed buffers written with ``sendall`` on
 memoryviews and read with ``recv_into`` straight into the memory the received tensor
@@ -30,7 +36,12 @@ from experiment_design.transport.codec import (
     now_ms,
     tensor_from,
 )
-from experiment_design.transport.errors import ChannelClosed, ProtocolError, TransportError
+from experiment_design.transport.errors import (
+    ChannelClosed,
+    IntegrityError,
+    ProtocolError,
+    TransportError,
+)
 from experiment_design.transport.frame import (
     MAGIC,
     PREFIX,
@@ -44,6 +55,7 @@ from experiment_design.transport.frame import (
     parse_table,
     small_raw_table,
 )
+from experiment_design.transport.session import SMALL_FRAME, TAG, Session
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +65,11 @@ _COALESCE = (
     64 * 1024
 )  # below this, header and payload leave in one write (one segment with NODELAY)
 _WAITALL = getattr(socket, "MSG_WAITALL", 0)
-_KEEP_SCRATCH = 64 << 20  # larger scratch buffers are dropped after use
+# A declared size is a promise, not bytes: buffers above this grow as the bytes arrive,
+# so a peer that declares 2 GiB and sends nothing costs at most this much memory.
+_GROW = 64 << 20
+_CRYPT_PIECE = 1 << 20  # encrypted payloads go through the cipher in cache-sized pieces
+_MAC_PIECE = 1 << 20
 _READ_AHEAD = 256 * 1024
 _PREFIX_SIZE = PREFIX.size
 _PACK = PREFIX.pack
@@ -158,7 +174,17 @@ class DataChannel:
     >>> # ch.send({"split": 4}, {"x": t})        # header, tensors, stats = ch.recv()
     """
 
-    def __init__(self, sock: socket.socket, codec: CodecConfig, limits: Limits | None = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        codec: CodecConfig,
+        limits: Limits | None = None,
+        *,
+        session: Session,
+    ):
+        if not isinstance(session, Session):
+            raise TracrError("a data channel needs the session of an authenticated handshake")
+        self.session = session
         self.sock = sock
         self.codec = codec
         self.limits = limits or Limits()
@@ -166,9 +192,10 @@ class DataChannel:
             self.peer: tuple[Any, ...] = sock.getpeername()
         except OSError:
             self.peer = ("?", 0)
+        if not isinstance(self.peer, tuple) or len(self.peer) < 2:  # a socketpair, say
+            self.peer = (str(self.peer) or "local", 0)
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
-        self._scratch = bytearray()
         # Read-ahead buffer: a small frame (prefix, header and payload) usually arrives in
         # one segment and is then taken with one recv instead of three.
         self._rbuf = bytearray(_READ_AHEAD)
@@ -213,22 +240,72 @@ class DataChannel:
             head, buffers, raw, payload = pack_head(header, ()), (), 0, 0
         t1 = now_ms()
         with self._send_lock:
-            if self.closed:
-                raise ChannelClosed("the data channel is closed")
-            try:
-                if payload <= _COALESCE:  # one write, one segment: cheaper than two syscalls
-                    self.sock.sendall(b"".join([head, *buffers]) if buffers else head)
-                else:
-                    self.sock.sendall(head)
-                    for buf in buffers:
-                        self.sock.sendall(buf)
-            except OSError as exc:
-                self.close()
-                raise TransportError(
-                    f"sending to {self.peer[0]}:{self.peer[1]} failed: {exc}"
-                ) from exc
+            wire = self._write(head, buffers, payload)
         t2 = now_ms()
-        return SendStats(raw, payload, t1 - t0, t2 - t1, len(head) + payload)
+        return SendStats(raw, payload, t1 - t0, t2 - t1, wire)
+
+    def send_packed(self, head: bytes, buffers: Any = ()) -> int:
+        """Seal and send a frame already packed (prefix, table, header in ``head``; the
+        payload in ``buffers``); returns the bytes written. :meth:`send` ends here; tools
+        and tests use it to put hand-made frames on an authenticated channel."""
+        buffers = list(buffers)
+        with self._send_lock:
+            return self._write(head, buffers, sum(memoryview(b).nbytes for b in buffers))
+
+    def _write(self, head: bytes, buffers: Any, payload: int) -> int:
+        """Seal and write one frame (the send lock is held); returns the bytes written."""
+        if self.closed:
+            raise ChannelClosed("the data channel is closed")
+        s = self.session
+        sock = self.sock
+        try:
+            if len(head) + payload <= SMALL_FRAME:  # one write, one tag over everything
+                frame = b"".join([head, *buffers]) if buffers else head
+                sealed = s.seal_head(frame, _PREFIX_SIZE)
+                s.end_frame()
+                sock.sendall(sealed)
+                return len(sealed)
+            sealed = s.seal_head(head, _PREFIX_SIZE)
+            if not payload:
+                s.end_frame()
+                sock.sendall(sealed)
+                return len(sealed)
+            if s.encrypt:
+                enc = s.payload_encryptor()
+                sock.sendall(sealed)
+                out = memoryview(self._cipher_out())
+                for buf in buffers:
+                    view = memoryview(buf).cast("B")
+                    for off in range(0, view.nbytes, _CRYPT_PIECE):
+                        k = enc.update_into(view[off : off + _CRYPT_PIECE], out)
+                        sock.sendall(out[:k])
+                enc.finalize()
+                sock.sendall(enc.tag)
+            else:
+                mac = s.payload_mac()
+                sock.sendall(sealed)
+                for buf in buffers:
+                    view = memoryview(buf).cast("B")
+                    # tag a piece while it is in cache, then hand it to the kernel: the
+                    # receiver copies one piece while we tag the next
+                    for off in range(0, view.nbytes, _MAC_PIECE):
+                        piece = view[off : off + _MAC_PIECE]
+                        mac.authenticate_additional_data(piece)
+                        sock.sendall(piece)
+                mac.finalize()
+                sock.sendall(mac.tag)
+        except OSError as exc:
+            self.close()
+            raise TransportError(
+                f"sending to {self.peer[0]}:{self.peer[1]} failed: {exc}"
+            ) from exc
+        return len(sealed) + payload + TAG
+
+    def _cipher_out(self) -> bytearray:
+        out = getattr(self, "_cout", None)
+        if out is None:
+            out = self._cout = bytearray(_CRYPT_PIECE)
+        return out
 
     # -- receiving -------------------------------------------------------------------------
     def recv(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], RecvStats]:
@@ -265,86 +342,155 @@ class DataChannel:
                 raise TransportError(
                     f"receiving from {self.peer[0]}:{self.peer[1]} failed: {exc}"
                 ) from exc
+            except Exception as exc:  # noqa: BLE001 - whatever a frame provokes, one clean error
+                self.close()
+                log.debug("malformed frame from %s", self.peer, exc_info=True)
+                raise ProtocolError(
+                    f"malformed frame from {self.peer[0]}:{self.peer[1]} "
+                    f"({type(exc).__name__}: {exc}); the data channel is closed"
+                ) from None
+
+    def _integrity(self, part: str) -> IntegrityError:
+        return IntegrityError(
+            f"frame {self.session.recv_seq} from {self.peer[0]}:{self.peer[1]} failed its "
+            f"integrity check ({part}): altered, replayed, reordered or dropped on the way; "
+            "the data channel is closed",
+            hint="something on the path between the participants changes their traffic",
+        )
 
     def _read_frame(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], RecvStats]:
         if self._rend - self._rpos < _PREFIX_SIZE:
             self._fill(_PREFIX_SIZE)
         t0 = now_ms()
-        start = pos = self._rpos
-        nbuf, tlen, hlen, plen = parse_prefix(self._rbuf, self.limits, pos)
-        pos += _PREFIX_SIZE
-        end = pos + tlen + hlen + plen
-        if end <= self._rend:  # the whole frame is read ahead (small frames): no more syscalls
-            rbuf = self._rbuf
-            last = self._last_table
-            if last is not None and len(last[0]) == tlen and rbuf.startswith(last[0], pos):
-                table = last[1]  # the same split as last time: already validated
-                if table.chunks != nbuf or table.encoded != plen:
-                    raise ProtocolError("frame table and prefix disagree on the payload")
+        s = self.session
+        start = self._rpos
+        nbuf, tlen, hlen, plen = parse_prefix(self._rbuf, self.limits, start)
+        hsize = _PREFIX_SIZE + tlen + hlen
+        if hsize + plen <= SMALL_FRAME:  # small frame: one tag, all of it read ahead
+            size = hsize + plen + TAG
+            if self._rend - start < size:
+                self._fill(size)
+                start = self._rpos
+            rview = self._rview
+            body = s.open_head(rview[start : start + hsize + plen], _PREFIX_SIZE,
+                               rview[start + hsize + plen : start + size])
+            if body is None:
+                raise self._integrity("frame")
+            s.end_recv_frame()
+            table, header = self._parse_head(body, tlen, hlen, nbuf, plen)
+            self._rpos = start + size
+            tensors, decode_ms = self._build(table, memoryview(body)[tlen + hlen :])
+            stats = RecvStats(table.raw, plen, decode_ms, now_ms() - t0 - decode_ms, size,
+                              table.codec)
+            return header, tensors, stats
+        size = hsize + TAG + (plen + TAG if plen else 0)
+        # large frame: the head through the read-ahead buffer, the payload straight into
+        # the memory it will live in, growing with the bytes that arrive
+        prefix = bytes(self._rview[start : start + _PREFIX_SIZE])
+        self._rpos = start + _PREFIX_SIZE
+        head = self._take(tlen + hlen)
+        body = s.open_head(prefix + head, _PREFIX_SIZE, self._take(TAG))
+        if body is None:
+            raise self._integrity("header")
+        table, header = self._parse_head(body, tlen, hlen, nbuf, plen)
+        wire: list[Any] = []  # what arrived, in wire order
+        if plen:
+            if s.encrypt:
+                dec = s.payload_decryptor()
+
+                def absorb(piece: memoryview) -> None:
+                    dec.update_into(piece, piece)  # decrypted in place, in cache
             else:
-                text = bytes(self._rview[pos : pos + tlen])
-                table = parse_table(text, nbuf, plen, self.limits)
-                self._last_table = (text, table)
-            pos += tlen
-            header = parse_caller_header(rbuf[pos : pos + hlen])
-            plan = table.plan
-            if plan is not None:
-                pos += hlen
-                tensors = {}
-                for name, n, npdtype, shape in plan:
-                    # over a copy of the bytes that the tensor then owns
-                    tensors[name] = _from_numpy(_ndarray(shape, npdtype, rbuf[pos : pos + n]))
-                    pos += n
-                self._rpos = end
-                return (
-                    header,
-                    tensors,
-                    RecvStats(table.raw, plen, 0.0, now_ms() - t0, end - start, "none"),
-                )
-            self._rpos = pos + hlen
+                dec = s.payload_check()
+                absorb = dec.authenticate_additional_data
+            for e in table.entries:
+                if e.encoded_nbytes:
+                    wire.append(self._read_growing(e.encoded_nbytes, absorb))
+            if not s.verified(dec, self._take(TAG)):
+                raise self._integrity("payload")
         else:
-            self._rpos = pos
-            table = parse_table(self._take(tlen), nbuf, plen, self.limits)
-            header = parse_caller_header(self._take(hlen))
+            s.end_recv_frame()
         tensors: dict[str, torch.Tensor] = {}
+        decode_ms = 0.0
+        parts = iter(wire)
+        for e in table.entries:
+            if e.raw_nbytes == 0:
+                tensors[e.name] = tensor_from(e, None)
+            elif e.codec == "none":
+                tensors[e.name] = tensor_from(e, next(parts))
+            else:
+                src = next(parts)
+                d0 = now_ms()
+                buf = bytearray(e.raw_nbytes)
+                decompress_into(e, memoryview(src), buf, self.codec.nthreads)
+                decode_ms += now_ms() - d0
+                tensors[e.name] = tensor_from(e, buf)
+        t1 = now_ms()
+        stats = RecvStats(table.raw, plen, decode_ms, (t1 - t0) - decode_ms, size, table.codec)
+        return header, tensors, stats
+
+    def _parse_head(
+        self, body: bytes, tlen: int, hlen: int, nbuf: int, plen: int
+    ) -> tuple[Table, dict]:
+        """The verified head's table (cached for a repeated split) and caller header."""
+        last = self._last_table
+        if last is not None and len(last[0]) == tlen and body.startswith(last[0]):
+            table = last[1]  # the same split as last time: already validated
+            if table.chunks != nbuf or table.encoded != plen:
+                raise ProtocolError("frame table and prefix disagree on the payload")
+        else:
+            text = body[:tlen]
+            table = parse_table(text, nbuf, plen, self.limits)
+            self._last_table = (text, table)
+        return table, parse_caller_header(body[tlen : tlen + hlen])
+
+    def _build(self, table: Table, data: memoryview) -> tuple[dict[str, torch.Tensor], float]:
+        """Tensors of a small frame from its verified, cleartext payload (each owns a copy)."""
+        tensors: dict[str, torch.Tensor] = {}
+        plan = table.plan
+        pos = 0
+        if plan is not None:
+            for name, n, npdtype, shape in plan:
+                tensors[name] = _from_numpy(_ndarray(shape, npdtype, bytearray(data[pos : pos + n])))
+                pos += n
+            return tensors, 0.0
         decode_ms = 0.0
         for e in table.entries:
             n = e.raw_nbytes
             if n == 0:
                 tensors[e.name] = tensor_from(e, None)
             elif e.codec == "none":
-                if self._rend - self._rpos >= n:  # already read ahead: one small copy
-                    buf = self._rbuf[self._rpos : self._rpos + n]
-                    self._rpos += n
-                else:
-                    buf = bytearray(n)
-                    self._read_into(memoryview(buf), n)
-                tensors[e.name] = tensor_from(e, buf)
+                tensors[e.name] = tensor_from(e, bytearray(data[pos : pos + n]))
             else:
-                src = self._scratch_view(e.encoded_nbytes)
-                self._read_into(src, e.encoded_nbytes)
                 d0 = now_ms()
                 buf = bytearray(n)
-                decompress_into(e, src, buf, self.codec.nthreads)
+                decompress_into(e, data[pos : pos + e.encoded_nbytes], buf, self.codec.nthreads)
                 decode_ms += now_ms() - d0
                 tensors[e.name] = tensor_from(e, buf)
-        if len(self._scratch) > _KEEP_SCRATCH:
-            self._scratch = bytearray()
-        t1 = now_ms()
-        stats = RecvStats(
-            table.raw,
-            plen,
-            decode_ms,
-            (t1 - t0) - decode_ms,
-            _PREFIX_SIZE + tlen + hlen + plen,
-            table.codec,
-        )
-        return header, tensors, stats
+            pos += e.encoded_nbytes
+        return tensors, decode_ms
 
-    def _scratch_view(self, n: int) -> memoryview:
-        if len(self._scratch) < n:
-            self._scratch = bytearray(n)
-        return memoryview(self._scratch)[:n]
+    def _read_growing(self, n: int, absorb: Any) -> Any:
+        """``n`` bytes of the stream in a buffer of their own that grows as they arrive;
+        each piece goes through ``absorb`` (tag or decrypt) as soon as it is in."""
+        size = min(n, _GROW)
+        # Every byte is about to be overwritten: no zero-filling (bytearray(n) would).
+        buf: Any = np.empty(n, np.uint8) if n <= _GROW else bytearray(size)
+        got = 0
+        while True:
+            with memoryview(buf) as view:
+                while got < size:
+                    k = min(_MAC_PIECE, size - got)
+                    piece = view[got : got + k]
+                    self._read_into(piece, k)
+                    absorb(piece)
+                    piece.release()
+                    got += k
+            if got == n:
+                return buf
+            more = min(size, n - size)  # doubling: each byte is copied at most once more
+            buf += bytes(more)
+            size += more
 
     def _fill(self, n: int) -> None:
         """Make at least ``n`` (<= half the read-ahead buffer) bytes available in it."""

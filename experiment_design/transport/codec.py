@@ -23,6 +23,7 @@ from experiment_design.transport.errors import ProtocolError
 _CODEC_SET = frozenset(CODECS)
 CHUNK_BYTES = 1 << 28  # raw bytes per blosc2 chunk; blosc2's own limit is just under 2 GiB
 MAX_DIMS = 32
+MAX_DIM = 1 << 40  # one dimension; more overflows torch's shapes even when another dim is 0
 
 # name on the wire -> (torch dtype, element size). bfloat16 has no numpy twin, so its bytes
 # are handled through an int16 view; every dtype is moved as uint8 memory anyway.
@@ -48,15 +49,18 @@ class CodecConfig:
     ``codec`` is one of :data:`CODECS` (``"none"`` sends raw bytes), ``filter`` one of
     :data:`FILTERS`, ``level`` 0-9 (0 = store), ``nthreads`` the blosc2 threads per call
     (1 by default: participants are thread-limited and their cores belong to the model).
+    ``encrypt`` encrypts every frame (AES-256-GCM) on channels opened with this config;
+    every frame carries an integrity tag either way. Both ends must agree on it.
 
     >>> CodecConfig.from_dict({"codec": "lz4", "level": 5}).to_dict()
-    {'codec': 'lz4', 'level': 5, 'filter': 'shuffle', 'nthreads': 1}
+    {'codec': 'lz4', 'level': 5, 'filter': 'shuffle', 'nthreads': 1, 'encrypt': False}
     """
 
     codec: str = "zstd"
     level: int = 1
     filter: str = "shuffle"
     nthreads: int = 1
+    encrypt: bool = False
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -76,12 +80,14 @@ class CodecConfig:
             raise TracrError(
                 f"transport nthreads must be a positive integer, got {self.nthreads!r}"
             )
+        if not isinstance(self.encrypt, bool):
+            raise TracrError(f"transport encrypt must be true or false, got {self.encrypt!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> CodecConfig:
         """Build from a manifest dict; missing keys take the defaults, unknown keys are errors."""
         d = dict(d or {})
-        known = {"codec", "level", "filter", "nthreads"}
+        known = {"codec", "level", "filter", "nthreads", "encrypt"}
         extra = sorted(set(d) - known)
         if extra:
             raise TracrError(
@@ -244,13 +250,13 @@ def parse_entry(d: Any) -> TensorEntry:
     except (KeyError, TypeError):
         raise ProtocolError(f"tensor entry is incomplete: {str(d)[:200]}") from None
     spec = DTYPES.get(dtype) if type(dtype) is str else None
-    if type(name) is not str or spec is None or codec not in _CODEC_SET:
+    if type(name) is not str or spec is None or type(codec) is not str or codec not in _CODEC_SET:
         raise ProtocolError(f"bad tensor entry name/dtype/codec: {name!r} {dtype!r} {codec!r}")
     if type(shape) is not list or len(shape) > MAX_DIMS:
         raise ProtocolError(f"bad shape for tensor {name!r}")
     size = spec[1]
     for dim in shape:
-        if type(dim) is not int or dim < 0:
+        if type(dim) is not int or not 0 <= dim <= MAX_DIM:
             raise ProtocolError(f"bad shape for tensor {name!r}")
         size *= dim
     if type(raw) is not int or size != raw:

@@ -19,3 +19,7 @@ class ProtocolError(TransportError):
 
 class ChannelClosed(TransportError):
     """The peer closed the connection between two frames (an orderly end)."""
+
+
+class IntegrityError(TransportError):
+    """A frame's tag did not verify: it was altered, replayed, reordered or dropped on the way."""

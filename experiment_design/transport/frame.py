@@ -6,7 +6,13 @@
                          header length, payload length
     table   UTF-8 JSON   [<tensor entry>, ...]   (name, dtype, shape, sizes, codec, chunks)
     header  UTF-8 JSON   the caller's header (an object)
+    tag     16 bytes     AES-GCM tag over prefix, table and header (table and header
+                         encrypted when the session encrypts)
     payload the chunks of every tensor in entry order, exactly ``payload length`` bytes
+    tag     16 bytes     AES-GCM tag over the payload (only when payload length > 0)
+
+The tags and the sequence numbers in their nonces belong to the channel's session
+(``session.py``); this module packs and checks the cleartext parts.
 
 The table and the caller's header are separate so that the table, which is the same on
 every inference of a split (same names, dtypes and shapes), is encoded once by the
@@ -37,7 +43,7 @@ from experiment_design.transport.codec import (
 from experiment_design.transport.errors import ProtocolError
 
 MAGIC = b"TRCF"
-VERSION = 2
+VERSION = 3
 PREFIX = struct.Struct("!4sBBHIIQ")
 # One encoder for every frame: json.dumps() with options builds a new encoder per call.
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -206,7 +212,7 @@ def parse_table(text: bytes, nbuf: int, plen: int, limits: Limits) -> Table:
 def _validate_table(text: bytes, limits: Limits) -> Table:
     try:
         obj = _DECODE(text.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame tensor table is not JSON: {exc}") from None
     if not isinstance(obj, list):
         raise ProtocolError("frame tensor table is not a list")

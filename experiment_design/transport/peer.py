@@ -1,9 +1,10 @@
 """A stand-alone echo/ack peer for measuring the data path against a raw TCP socket.
 
 ``python -m experiment_design.transport.peer`` reads the run secret (hex) from the first
-line of stdin, listens on two ports of ``--host`` and prints one line::
+line of stdin, listens on three ports of ``--host`` (data channels with integrity tags,
+the same with encryption, raw TCP) and prints one line::
 
-    TRACR-PEER {"data_port": N, "raw_port": M, "pid": P}
+    TRACR-PEER {"data_port": N, "data_port_encrypted": E, "raw_port": M, "pid": P}
 
 On the data port it answers authenticated :class:`DataChannel` messages: ``{"op": "ack"}``
 is answered with a small ack frame carrying the peer's receive and decode times,
@@ -17,6 +18,7 @@ side by side. The peer exits when its stdin closes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -95,15 +97,18 @@ def _answer_raw(conn: socket.socket) -> None:
 def start(
     host: str, secret: bytes, codec: CodecConfig = RAW
 ) -> tuple[dict[str, int], Callable[[], None]]:
-    """Serve both ports on background threads of this process; returns (ports, stop)."""
+    """Serve the ports on background threads of this process; returns (ports, stop)."""
     server = DataServer(host, 0, secret, codec)
+    encrypted = DataServer(host, 0, secret, dataclasses.replace(codec, encrypt=True))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     raw = socket.create_server((host, 0), family=family)
     threading.Thread(target=serve_channels, args=(server,), daemon=True).start()
+    threading.Thread(target=serve_channels, args=(encrypted,), daemon=True).start()
     threading.Thread(target=serve_raw, args=(raw,), daemon=True).start()
 
     def stop() -> None:
         server.close()
+        encrypted.close()
         try:
             raw.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -112,6 +117,7 @@ def start(
 
     return {
         "data_port": server.address[1],
+        "data_port_encrypted": encrypted.address[1],
         "raw_port": raw.getsockname()[1],
         "pid": os.getpid(),
     }, stop

@@ -31,6 +31,8 @@ def _check(result: dict) -> None:
     assert result["size_mb"] == 0.2 and result["repeats"] == 2
     assert set(result["targets"]) == {"throughput_ratio", "rtt_ratio"}
     assert result["zstd"]["compression_ratio"] > 1
+    assert result["encrypted"]["MBps"] > 0 and result["encrypted"]["throughput_ratio"] > 0
+    assert result["crypto_GBps"]["mac"] > 0 and result["crypto_GBps"]["encrypt"] > 0
     assert result["exit_code"] == 0
 
 

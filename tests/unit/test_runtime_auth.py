@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -55,8 +56,74 @@ def test_raw_rpyc_without_token_gets_nothing(server):
     srv, _ = server
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=3)
     try:
-        s.recv(32)  # the nonce
-        s.sendall(b"\x00" * 32)  # garbage answer
+        s.recv(40)  # the greeting and nonce
+        s.sendall(b"\x00" * 64)  # garbage answer
         assert s.recv(64) == b""  # closed before any rpyc frame
     finally:
         s.close()
+
+
+def _impostor(speak) -> tuple[socket.socket, threading.Thread]:
+    """A control port run by someone without the secret: ``speak(conn)`` does its best."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def run() -> None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                speak(conn)
+                conn.recv(1 << 16)  # then keep the line open, as an rpyc server would
+            except OSError:
+                pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return listener, t
+
+
+def _old_style(conn: socket.socket) -> None:
+    conn.sendall(os.urandom(32))  # a nonce
+    conn.recv(32)  # whatever the observer answers
+    conn.sendall(b"TRACR-OK\n")  # "fine by me"
+
+
+def _new_style_wrong_secret(conn: socket.socket) -> None:
+    from experiment_design.runtime.auth import MAGIC
+
+    conn.sendall(MAGIC + os.urandom(32))
+    conn.recv(64)
+    conn.sendall(os.urandom(32))  # a proof it cannot compute
+
+
+@pytest.mark.parametrize("speak", [_old_style, _new_style_wrong_secret])
+def test_the_observer_refuses_a_control_server_without_the_secret(speak):
+    listener, t = _impostor(speak)
+    try:
+        with pytest.raises(ConnectionError):
+            conn = connect_control("127.0.0.1", listener.getsockname()[1], os.urandom(32),
+                                   timeout=2)
+            conn.close()  # reached only when the impostor was believed
+    finally:
+        listener.close()
+        t.join(5)
+
+
+def test_a_flood_of_unauthenticated_connections_is_capped(server):
+    srv, secret = server
+    before = threading.active_count()
+    flood = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(100)]
+    try:
+        time.sleep(1.0)  # let the server accept them all
+        grown = threading.active_count() - before
+        assert grown <= 20, f"{grown} threads for 100 silent connections"
+    finally:
+        for s in flood:
+            s.close()
+    conn = connect_control("127.0.0.1", srv.port, secret, timeout=10)  # still serves
+    try:
+        assert json.loads(conn.root.heartbeat()) == "ok"
+    finally:
+        conn.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import pytest
 import torch
 
+from experiment_design.errors import TracrError
 from experiment_design.transport import (
     AuthError,
     ChannelClosed,
@@ -19,7 +21,7 @@ from experiment_design.transport import (
     TransportError,
     connect,
 )
-from experiment_design.transport.frame import PREFIX
+from experiment_design.transport.frame import PREFIX, VERSION
 
 SECRET = os.urandom(32)
 
@@ -150,6 +152,8 @@ def test_garbage_and_silent_peers_are_dropped_and_a_good_client_gets_through():
         with connect("127.0.0.1", p.port, SECRET, CodecConfig()) as ch:
             header, _, _ = ch.request({"op": "after-junk"})
         assert header["got"]["op"] == "after-junk"
+        # handshakes run side by side now: the silent one is dropped at its own deadline
+        _eventually(lambda: p.server.rejected == 2)
         assert p.server.rejected == 2
         junk.close()
         silent.close()
@@ -162,12 +166,12 @@ def test_garbage_and_silent_peers_are_dropped_and_a_good_client_gets_through():
     [
         b"\x00" * PREFIX.size,  # bad magic
         PREFIX.pack(b"TRCF", 1, 0, 0, 2, 2, 0) + b"[]{}",  # an older frame version
-        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 1 << 30, 0),  # absurd header length
-        PREFIX.pack(b"TRCF", 2, 0, 1, 2, 10, 1 << 40),  # absurd payload
-        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 9, 0) + b"[]not json!",
-        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 2, 0) + b"[][]",
-        PREFIX.pack(b"TRCF", 2, 0, 0, 2, 2, 0) + b"{}{}",  # table is not a list
-        PREFIX.pack(b"TRCF", 2, 0, 1, 2, 2, 16) + b"[]{}" + bytes(16),  # table vs prefix
+        PREFIX.pack(b"TRCF", VERSION, 0, 0, 2, 1 << 30, 0),  # absurd header length
+        PREFIX.pack(b"TRCF", VERSION, 0, 1, 2, 10, 1 << 40),  # absurd payload
+        PREFIX.pack(b"TRCF", VERSION, 0, 0, 2, 9, 0) + b"[]not json!",
+        PREFIX.pack(b"TRCF", VERSION, 0, 0, 2, 2, 0) + b"[][]",
+        PREFIX.pack(b"TRCF", VERSION, 0, 0, 2, 2, 0) + b"{}{}",  # table is not a list
+        PREFIX.pack(b"TRCF", VERSION, 0, 1, 2, 2, 16) + b"[]{}" + bytes(16),  # table vs prefix
     ],
     ids=[
         "magic",
@@ -196,7 +200,7 @@ def test_garbage_frames_after_auth_close_the_channel(frame):
     p = Peer(handler, limits=Limits(max_header_bytes=4096, max_message_bytes=1 << 24))
     try:
         ch = connect("127.0.0.1", p.port, SECRET, CodecConfig())
-        ch.sock.sendall(frame)
+        ch.send_packed(*_split(frame))  # sealed: it reaches the parser
         assert done.wait(5)
         ch.close()
         p.close()
@@ -204,6 +208,19 @@ def test_garbage_frames_after_auth_close_the_channel(frame):
         assert p.channels[0].closed
     finally:
         p.close()
+
+
+def _eventually(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _split(frame: bytes) -> tuple[bytes, list[bytes]]:
+    """(prefix + table + header, payload) of a hand-made frame, as far as its prefix says."""
+    _, _, _, _, tlen, hlen, _ = PREFIX.unpack_from(frame)
+    cut = min(len(frame), PREFIX.size + tlen + hlen)
+    return frame[:cut], [frame[cut:]] if frame[cut:] else []
 
 
 def test_probe_is_answered_inside_recv_and_reports_positive_figures(peer):
@@ -268,3 +285,30 @@ def test_back_to_back_frames_and_a_large_header_stay_in_step(peer):
             assert torch.equal(back["x"], torch.full((i + 1, 3), float(i)))
         header, back, _ = ch.recv()
     assert header["got"]["note"] == big_note and torch.equal(back["y"], torch.arange(5))
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_an_encrypted_channel_round_trips_small_and_large_frames(codec):
+    cfg = CodecConfig(codec=codec, encrypt=True)
+    p = Peer(codec=cfg)
+    try:
+        big = torch.relu(torch.randn(600_000, generator=torch.Generator().manual_seed(1)))
+        with connect("127.0.0.1", p.port, SECRET, cfg) as ch:
+            for t in (torch.arange(10), big, torch.ones(2, 3)):
+                header, back, _ = ch.request({"n": t.numel()}, {"x": t, "y": t[:3] * 2})
+                assert header["got"] == {"n": t.numel()}
+                assert torch.equal(back["x"], t) and torch.equal(back["y"], t[:3] * 2)
+    finally:
+        p.close()
+
+
+def test_both_ends_must_agree_on_encryption():
+    p = Peer(codec=CodecConfig(encrypt=True))
+    try:
+        with pytest.raises(AuthError, match="encrypt"):
+            connect("127.0.0.1", p.port, SECRET, CodecConfig(encrypt=False))
+    finally:
+        p.close()
+    with pytest.raises(TracrError, match="encrypt"):
+        CodecConfig(encrypt="yes")
+    assert CodecConfig.from_dict({"encrypt": True}).encrypt is True

@@ -19,6 +19,7 @@ from experiment_design.transport.codec import (
 )
 from experiment_design.transport.frame import (
     PREFIX,
+    VERSION,
     pack_head,
     parse_caller_header,
     parse_header,
@@ -153,15 +154,15 @@ def test_inconsistent_tensor_entries_are_rejected(bad):
 
 def test_prefix_and_header_limits():
     limits = Limits(max_header_bytes=1024, max_buffers=4, max_message_bytes=1 << 20)
-    ok = PREFIX.pack(b"TRCF", 2, 0, 1, 100, 50, 16)
+    ok = PREFIX.pack(b"TRCF", VERSION, 0, 1, 100, 50, 16)
     assert parse_prefix(ok, limits) == (1, 100, 50, 16)
     assert parse_prefix(b"junk" + ok, limits, 4) == (1, 100, 50, 16)
     for bad in (
-        PREFIX.pack(b"HTTP", 2, 0, 1, 100, 50, 16),
+        PREFIX.pack(b"HTTP", VERSION, 0, 1, 100, 50, 16),
         PREFIX.pack(b"TRCF", 1, 0, 1, 100, 50, 16),  # version 1 (JSON-only header) is gone
-        PREFIX.pack(b"TRCF", 2, 0, 1, 1000, 100, 16),  # table + header over the limit
-        PREFIX.pack(b"TRCF", 2, 0, 50, 100, 50, 16),
-        PREFIX.pack(b"TRCF", 2, 0, 1, 100, 50, 1 << 40),
+        PREFIX.pack(b"TRCF", VERSION, 0, 1, 1000, 100, 16),  # table + header over the limit
+        PREFIX.pack(b"TRCF", VERSION, 0, 50, 100, 50, 16),
+        PREFIX.pack(b"TRCF", VERSION, 0, 1, 100, 50, 1 << 40),
     ):
         with pytest.raises(ProtocolError):
             parse_prefix(bad, limits)

@@ -8,7 +8,7 @@ import socket
 import pytest
 import torch
 
-from experiment_design.transport import CodecConfig, DataChannel, ProtocolError
+from experiment_design.transport import CodecConfig, DataChannel, ProtocolError, derive
 from experiment_design.transport.frame import MAGIC, PREFIX, VERSION
 
 RAW = CodecConfig(codec="none", level=0, filter="none")
@@ -17,7 +17,8 @@ RAW = CodecConfig(codec="none", level=0, filter="none")
 @pytest.fixture
 def pair():
     a, b = socket.socketpair()
-    left, right = DataChannel(a, RAW), DataChannel(b, RAW)
+    client, server = derive(bytes(32), bytes(32), bytes(32), encrypt=False)
+    left, right = DataChannel(a, RAW, session=client), DataChannel(b, RAW, session=server)
     yield left, right
     left.close()
     right.close()
@@ -90,7 +91,7 @@ def test_a_known_table_with_lying_counts_is_still_rejected(pair):
     text = b"{}"
     # the same table, but the prefix declares 32 payload bytes
     frame = PREFIX.pack(MAGIC, VERSION, 0, 1, len(table), len(text), 32) + table + text
-    left.sock.sendall(frame + bytes(32))
+    left.send_packed(frame, [bytes(32)])
     with pytest.raises(ProtocolError):
         right.recv()
     assert right.closed
@@ -100,7 +101,7 @@ def test_a_known_table_with_lying_counts_is_still_rejected(pair):
 def test_caller_headers_are_parsed_strictly(pair, text):
     left, right = pair
     frame = PREFIX.pack(MAGIC, VERSION, 0, 0, 2, len(text), 0) + b"[]" + text
-    left.sock.sendall(frame)
+    left.send_packed(frame)
     if text.strip().startswith(b"{") and text.strip().endswith(b"}"):
         header, _, _ = right.recv()  # whitespace around an object is fine JSON
         assert isinstance(header, dict)

@@ -1,0 +1,276 @@
+"""The data path under attack, over real loopback sockets: a slowloris client, a
+man-in-the-middle relay that passes the handshake through and then rewrites bytes, and
+a peer that declares a huge tensor it never sends."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import tracemalloc
+
+import pytest
+import torch
+
+from experiment_design.transport import (
+    ChannelClosed,
+    CodecConfig,
+    DataChannel,
+    DataServer,
+    IntegrityError,
+    TransportError,
+    connect,
+    derive,
+)
+from experiment_design.transport.auth import REPLY
+from experiment_design.transport.codec import EncodedTensor
+from experiment_design.transport.frame import PREFIX, pack_head
+
+SECRET = os.urandom(32)
+RAW = CodecConfig(codec="none", level=0, filter="none")
+
+
+class Receiver:
+    """A DataServer whose first channel's first message (or error) is kept."""
+
+    def __init__(self, codec=RAW, **kw):
+        self.server = DataServer("127.0.0.1", 0, SECRET, codec, **kw)
+        self.got: list = []
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.server.address[1]
+
+    def _serve(self) -> None:
+        try:
+            ch = self.server.accept(timeout=20)
+        except TransportError:
+            return
+        try:
+            self.got.append(ch.recv())
+        except Exception as exc:  # noqa: BLE001 - the test looks at what came out
+            self.got.append(exc)
+        finally:
+            self.done.set()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class Relay:
+    """A man in the middle: forwards both ways, and in the client-to-server stream
+    replaces the first ``pattern`` with ``replacement`` (or flips the byte at ``offset``)."""
+
+    def __init__(self, target_port: int, *, pattern=b"", replacement=b"", offset=None):
+        self.target = target_port
+        self.pattern, self.replacement, self.offset = pattern, replacement, offset
+        self.seen = bytearray()  # everything the client sent, as it went on the wire
+        self.tampered = False
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self.listener.accept()
+        except OSError:
+            return
+        server = socket.create_connection(("127.0.0.1", self.target))
+        threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+        self._pump(client, server, True)
+
+    def _pump(self, src, dst, tamper: bool) -> None:
+        # Nothing is held back (the handshake must pass at its own pace): a pattern is
+        # looked for within each read, and each frame the tests send leaves in one write.
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                if tamper and not self.tampered:
+                    start = len(self.seen)
+                    self.seen += data
+                    if self.offset is not None and start <= self.offset < start + len(data):
+                        i = self.offset - start
+                        data = data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1 :]
+                        self.tampered = True
+                    elif self.pattern and self.pattern in data:
+                        data = data.replace(self.pattern, self.replacement, 1)
+                        self.tampered = True
+                elif tamper:
+                    self.seen += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _through_relay(relay_kw: dict, header: dict, tensors: dict, codec=RAW):
+    rx = Receiver(codec)
+    relay = Relay(rx.port, **relay_kw)
+    try:
+        with connect("127.0.0.1", relay.port, SECRET, codec) as ch:  # the handshake passes
+            try:
+                ch.send(header, tensors)
+            except TransportError:
+                pass  # the receiver may refuse a rewritten header before the payload is out
+            assert rx.done.wait(10)
+        return rx.got[0], relay
+    finally:
+        relay.close()
+        rx.close()
+
+
+@pytest.mark.parametrize("size", [4096, 1 << 20], ids=["small-frame", "large-frame"])
+def test_a_payload_rewritten_on_the_path_is_rejected_and_named(size):
+    x = torch.full((size,), 7, dtype=torch.uint8)
+    pattern = b"\x07" * 64
+    got, relay = _through_relay(
+        {"pattern": pattern, "replacement": pattern[:-1] + b"\x06"}, {"split": 4}, {"x": x}
+    )
+    assert relay.tampered
+    assert isinstance(got, IntegrityError), got  # not a silently altered tensor
+    assert "integrity" in str(got) and "127.0.0.1:" in str(got)
+
+
+@pytest.mark.parametrize("size", [16, 1 << 20], ids=["small-frame", "large-frame"])
+def test_a_header_rewritten_on_the_path_is_rejected_and_named(size):
+    x = torch.zeros(size, dtype=torch.uint8)
+    got, relay = _through_relay(
+        {"pattern": b'"split":4', "replacement": b'"split":5'}, {"split": 4}, {"x": x}
+    )
+    assert relay.tampered
+    assert isinstance(got, IntegrityError), got  # not split 5
+    assert "integrity" in str(got) and "127.0.0.1:" in str(got)
+
+
+def test_an_encrypted_channel_hides_the_header_and_rejects_a_flipped_bit():
+    enc = CodecConfig(codec="none", level=0, filter="none", encrypt=True)
+    header = {"split": 4, "note": "secret-note"}
+    x = torch.full((4096,), 7, dtype=torch.uint8)
+    got, relay = _through_relay({"offset": 10**9}, header, {"x": x}, enc)  # no tampering
+    assert got[0] == header and torch.equal(got[1]["x"], x)
+    assert b"secret-note" not in relay.seen and b"\x07" * 64 not in relay.seen
+    got, relay = _through_relay({"offset": REPLY + PREFIX.size + 3}, header, {"x": x}, enc)
+    assert relay.tampered and isinstance(got, IntegrityError), got
+
+
+def test_replayed_or_reordered_frames_fail_their_tag():
+    a, b = socket.socketpair()
+    client, server = derive(SECRET, bytes(32), bytes(32), encrypt=False)
+    left, right = DataChannel(a, RAW, session=client), DataChannel(b, RAW, session=server)
+    try:
+        head = pack_head({"i": 0}, ())
+        first = client.seal_head(head, PREFIX.size)
+        client.end_frame()
+        second = client.seal_head(pack_head({"i": 1}, ()), PREFIX.size)
+        client.end_frame()
+        a.sendall(second + first)  # reordered
+        with pytest.raises(IntegrityError, match="integrity"):
+            right.recv()
+        assert right.closed
+    finally:
+        left.close()
+        right.close()
+
+
+def test_a_slowloris_client_does_not_keep_a_partner_out():
+    rx = Receiver()  # default handshake deadline (5 s)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        s = socket.create_connection(("127.0.0.1", rx.port))
+        try:
+            while not stop.is_set():
+                s.sendall(b"x")
+                stop.wait(2)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    time.sleep(0.3)  # the slow client is first in line
+    try:
+        t0 = time.monotonic()
+        with connect("127.0.0.1", rx.port, SECRET, RAW, timeout=10) as ch:
+            ch.send({"op": "hello"})
+            assert rx.done.wait(10)
+        assert rx.got[0][0] == {"op": "hello"}
+        assert time.monotonic() - t0 < 10  # the edge's normal connect deadline
+    finally:
+        stop.set()
+        rx.close()
+
+
+def test_a_trickling_handshake_is_dropped_at_its_whole_deadline():
+    rx = Receiver(handshake_timeout=1.0)
+    s = socket.create_connection(("127.0.0.1", rx.port))
+    try:
+        deadline = time.monotonic() + 8
+        while rx.server.rejected == 0 and time.monotonic() < deadline:
+            try:
+                s.sendall(b"x")  # one byte every 0.3 s: never a 1 s silence
+            except OSError:
+                break
+            time.sleep(0.3)
+        assert rx.server.rejected == 1
+    finally:
+        s.close()
+        rx.close()
+
+
+def test_excess_unauthenticated_connections_are_closed_at_once():
+    rx = Receiver(max_pending=4)
+    flood = [socket.create_connection(("127.0.0.1", rx.port)) for _ in range(12)]
+    try:
+        deadline = time.monotonic() + 5
+        while rx.server.rejected < 8 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rx.server.pending <= 4 and rx.server.rejected >= 8
+    finally:
+        for s in flood:
+            s.close()
+        rx.close()
+
+
+def test_a_declared_huge_tensor_is_not_allocated_before_it_arrives():
+    a, b = socket.socketpair()
+    client, server = derive(SECRET, bytes(32), bytes(32), encrypt=False)
+    right = DataChannel(b, RAW, session=server)
+    n = 1 << 31  # 2 GiB declared, the largest a frame may carry by default
+    head = pack_head({"op": "big"}, [EncodedTensor("x", "uint8", (n,), n, "none", [n], [])])
+    outcome: list = []
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        t = threading.Thread(target=lambda: outcome.append(_catch(right.recv)), daemon=True)
+        t.start()
+        a.sendall(client.seal_head(head, PREFIX.size) + bytes(1 << 20))  # then nothing more
+        time.sleep(1.0)
+        peak = tracemalloc.get_traced_memory()[1] - base
+        a.close()
+        t.join(10)
+    finally:
+        tracemalloc.stop()
+        right.close()
+    assert peak < 256 << 20, f"{peak / 2**20:.0f} MiB set aside for 1 MiB received"
+    assert isinstance(outcome[0], ChannelClosed)
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001
+        return exc
