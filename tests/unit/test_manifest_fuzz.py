@@ -21,6 +21,7 @@ from app_api.manifest.schema import SCHEMA, Field
 from experiment_design.errors import TracrError
 from tests.unit.test_manifest_errors import GOOD
 
+
 def fuzz(n: int) -> settings:
     """``n`` examples, no deadline (the first load imports the registries), no example file."""
     return settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck),
