@@ -188,7 +188,9 @@ class RunWriter:
             claim_run_dir(self.dir)
         else:
             self.resumed_from = resume
-            self.rows = read_csv(self.dir / "inferences.csv")
+            # as read back: text, and None where a cell is empty (a failed row's timings)
+            self.rows = [{k: (v if v != "" else None) for k, v in r.items()}
+                         for r in read_csv(self.dir / "inferences.csv")]
             self.n_layers = len(read_csv(self.dir / "layers.csv"))
             # inference numbers stay unique across both runs: the new ones follow on
             self._offset = 1 + max((int(_num_or(r.get("inference"), -1)) for r in self.rows),
