@@ -343,9 +343,10 @@ def _group_as_summary(group_dir: Path) -> dict | None:
 def load_summary(run_dir: Path) -> dict | None:
     """summary.json of a run directory, or None when missing/unreadable."""
     try:
-        return json.loads((Path(run_dir) / "summary.json").read_text())
+        data = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def find_run(ref: str, root: Path | None = None) -> Path:
