@@ -162,6 +162,8 @@ def check(tmp: Path, data: bytes, sets: list[str]) -> None:
     except TracrError as exc:
         assert exc.exit_code == 2, exc
         assert exc.message.strip(), "an error says what is wrong"
+        assert exc.message.isprintable(), "one line, no terminal escapes"
+        assert exc.hint is None or exc.hint.isprintable()
 
 
 @fuzz(450)

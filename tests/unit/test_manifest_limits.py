@@ -114,3 +114,11 @@ def test_cli_prints_one_line_and_exits_2(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and r.stderr.startswith("error: ")
     assert "m.yaml:1" in r.stderr
+
+
+def test_errors_stay_on_one_line_without_terminal_escapes(tmp_path):
+    err = load_error(tmp_path, (GOOD + '"evil\\n\\x1b[31mkey": 1\n').encode())
+    assert err.message.isprintable() and "\\n" in err.message and "\\x1b" in err.message
+    with pytest.raises(ManifestError) as e:
+        parse_overrides(["a\nb\x1b[2J"])
+    assert e.value.message.isprintable()
