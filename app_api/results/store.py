@@ -159,11 +159,13 @@ def claim_run_dir(path: Path) -> None:
             hint="choose another --out (or leave --out off: each run gets a fresh directory); "
                  "to continue an incomplete run use --resume",
         )
+    created = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TracrError(f"cannot create the results directory {path}: {exc}") from exc
-    user_owned(path)
+    for p in created:  # under sudo, results/<experiment>/ too stay the user's
+        user_owned(p)
 
 
 class RunWriter:

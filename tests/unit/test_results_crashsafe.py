@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import resource
 import signal
 import subprocess
@@ -132,3 +134,39 @@ def test_a_full_file_cuts_back_to_the_last_complete_row(tmp_path):
     assert "inferences.csv" in " ".join(reason) and reason[-1] == "1", r.stdout
     text = (run / "inferences.csv").read_text()
     assert text.endswith("\n") and len(read_csv(run / "inferences.csv")) == int(n)
+
+
+def test_a_summary_too_big_for_the_disk_becomes_a_small_one(tmp_path):
+    run = tmp_path / "run"
+    RunWriter("x", out_dir=run).close()
+    (run / "inferences.csv").unlink()
+    (run / "layers.csv").unlink()
+    r = run_py(f"""
+        from pathlib import Path
+        from app_api.results.store import RunWriter
+        from app_api.runner.gather import write_summary
+        w = RunWriter.__new__(RunWriter)
+        w.dir = Path({str(run)!r})
+        summary = {{"experiment": "x", "run_id": "r", "status": "ok", "incomplete": None,
+                    "inferences": 3, "errors": [], "splits": [{{"pad": "x" * 100}}] * 200}}
+        print(write_summary(w, summary))
+    """, limit=4096)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+    small = json.loads((run / "summary.json").read_text())
+    assert small["status"] == "failed" and small["inferences"] == 3
+    assert "summary.json" in small["incomplete"]["reason"] and "splits" not in small
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (what sudo gives)")
+def test_under_sudo_the_run_directory_stays_the_users(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUDO_UID", "12345")
+    monkeypatch.setenv("SUDO_GID", "12346")
+    monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
+    w = RunWriter("exp")
+    w.add_inferences([ROW])
+    w.write_json("summary.json", {"status": "ok"})
+    w.close()
+    for p in [tmp_path / "results", tmp_path / "results" / "exp", *w.dir.parent.iterdir(),
+              *w.dir.iterdir()]:
+        st = p.stat()
+        assert (st.st_uid, st.st_gid) == (12345, 12346), p
