@@ -155,9 +155,17 @@ def user_owned(path: str | os.PathLike, mode: int = 0o755) -> Path:
 
     Like :func:`ensure_dir`, and an existing directory (e.g. a run directory just made by
     root under sudo) is given to the invoking user as well. Outside sudo this is
-    ``mkdir -p``. Links are never followed.
+    ``mkdir -p``. An existing file (a results CSV opened by root) is given to the user
+    as it is. Links are never followed.
     """
-    path = ensure_dir(path, mode)
+    p = Path(path).expanduser()
+    if os.path.lexists(p) and (p.is_symlink() or not p.is_dir()):
+        owner = invoking_user()
+        if owner is not None:
+            with _translate_permission(p):
+                os.chown(p, *owner, follow_symlinks=False)
+        return p
+    path = ensure_dir(p, mode)
     owner = invoking_user()
     if owner is not None:
         fd = open_dir(path)

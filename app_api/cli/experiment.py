@@ -49,7 +49,13 @@ def add_commands(esub: argparse._SubParsersAction) -> None:
     r = esub.add_parser("run", help="run an experiment (a manifest name or path)")
     r.add_argument("name", metavar="NAME|PATH")
     _add_set(r)
-    r.add_argument("--out", default=None, metavar="DIR", help="write the results here")
+    r.add_argument("--out", default=None, metavar="DIR",
+                   help="write the results here (a new or empty directory; a previous run's "
+                        "is refused)")
+    r.add_argument("--resume", default=None, metavar="RUN",
+                   help="continue an incomplete run (its id, directory or 'last'): the split "
+                        "points it measured are not measured again; results go to a new "
+                        "directory that also holds its rows")
     r.add_argument("--no-progress", action="store_true", help="no progress bar or live logs")
     r.add_argument("--json", action="store_true", help="print summary.json on stdout")
     r.add_argument("--devices", default=None, metavar="PATH",
@@ -131,7 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Load, validate, plan, run, print the summary; exit 0 ok, 1 run failed, 2 user error.
 
     With ``network.bandwidth`` set the lab link is reshaped first (lab devices only);
-    with ``network.bandwidths`` one run per rate goes into a group directory.
+    with ``network.bandwidths`` one run per rate goes into a group directory;
+    ``--resume RUN`` continues an incomplete run (see :func:`app_api.runner.plan.plan_resume`).
     """
     import json
 
@@ -140,12 +147,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app_api.runner.plan import SWEEP, plan_runs
 
     export_devices_path(args)
-    plan = plan_runs(_load(args))
     progress = not args.no_progress
 
     def say(msg: str) -> None:
         if progress:
             print(msg, file=sys.stderr, flush=True)
+
+    plan = _resume_plan(args) if args.resume else plan_runs(_load(args))
 
     result = execute(plan, out_dir=args.out, progress=progress, say=say)
     if args.json:
@@ -161,3 +169,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     for err in result.errors:
         print(f"error: {err}", file=sys.stderr)
     return result.exit_code
+
+
+def _resume_plan(args: argparse.Namespace):
+    """The plan that continues ``--resume RUN``: the manifest with the overrides that run
+    was started with, then the command line's."""
+    from app_api.manifest import load_manifest, parse_overrides
+    from app_api.results import find_run
+    from app_api.runner.plan import plan_resume, recorded_overrides
+
+    source = find_run(args.resume)
+    recorded = recorded_overrides(source)
+    # the same --set given again is not applied twice (a second +a.b=v would be refused)
+    overrides = parse_overrides([*recorded, *(o for o in args.overrides or [] if o not in recorded)])
+    return plan_resume(load_manifest(args.name, overrides), source)

@@ -69,7 +69,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     summary = load_summary(run_dir)
     if summary is None:
-        raise TracrError(f"{run_dir} has no summary.json (the run did not finish)")
+        raise TracrError(f"{run_dir} has no summary.json (the run did not finish)",
+                         hint=f"continue it: tracr experiment run NAME --resume {run_dir}")
     print_summary(summary, run_dir)
     return 0
 
@@ -130,6 +131,17 @@ def print_summary(summary: dict, run_dir) -> None:
     )
     console.print("edge = prefix compute + encode; cloud = decode + suffix compute; "
                   "transfer = the rest of the edge's round trip")
+    incomplete = summary.get("incomplete")
+    if incomplete:
+        from rich.markup import escape
+
+        console.print(f"[bold red]incomplete:[/] {escape(str(incomplete.get('reason')))}  "
+                      f"(continue it: tracr experiment run {escape(str(summary.get('experiment')))}"
+                      f" --resume {escape(str(run_dir))})", highlight=False)
+    resumed = summary.get("resumed_from")
+    if resumed:
+        console.print(f"resumed from {resumed.get('run_id')}: its {resumed.get('rows')} "
+                      "inference rows are kept in this run", highlight=False)
     lab = (summary.get("network") or {}).get("lab")
     if lab:
         conf = lab.get("configured") or {}

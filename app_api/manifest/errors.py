@@ -12,8 +12,16 @@ def format_path(path: KeyPath) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
+def one_line(text: str) -> str:
+    """``text`` with control characters (newlines, terminal escapes) written as escapes: a
+    manifest's keys and values are echoed in errors and must not break or restyle the line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 class ManifestError(TracrError):
-    """A manifest problem: ``file:line: key.path: message``, exit code 2.
+    """A manifest problem: ``file:line: key.path: message`` on one line, exit code 2.
 
     ``file``, ``key`` (dotted key path) and ``line`` (1-based, or None when the
     key came from a default or an override) are kept as attributes for tests
@@ -32,8 +40,8 @@ class ManifestError(TracrError):
         where = file or ""
         if where and line is not None:
             where += f":{line}"
-        full = ": ".join(p for p in (where, key, message) if p)
-        super().__init__(full, hint)
+        full = one_line(": ".join(p for p in (where, key, message) if p))
+        super().__init__(full, one_line(hint) if hint else hint)
         self.file = file
         self.key = key
         self.line = line

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from app_api.manifest.errors import KeyPath, ManifestError, format_path
+from app_api.manifest.yamlio import safe_load
 
 GRAMMAR_HINT = (
     "Overrides look like key.path=value (change), +key.path=value (add), ~key.path (remove)."
@@ -77,13 +78,16 @@ class Override:
         value = None
         if eq:
             try:
-                value = yaml.safe_load(raw) if raw.strip() else None
+                value = safe_load(raw) if raw.strip() else None
             except yaml.YAMLError as exc:
                 raise ManifestError(
                     f"override '{text}': cannot parse the value as YAML "
                     f"({exc.__class__.__name__}).",
                     hint="Quote strings with special characters: key='a: b'.",
                 ) from None
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise ManifestError(f"override '{text}': the value is not usable ({exc}).",
+                                    hint=GRAMMAR_HINT) from None
         return cls(kind=kind, key=key, value=value, has_value=bool(eq), text=text)
 
     @property
@@ -112,7 +116,10 @@ def parse_overrides(overrides: Iterable[str | Override]) -> tuple[Override, ...]
 def _resolve_index(container: list, seg: str) -> int | None:
     """A list index from a number or from the ``name`` of a mapping item."""
     if seg.lstrip("-").isdigit():
-        i = int(seg)
+        try:
+            i = int(seg)
+        except ValueError:  # more digits than int() takes: no list is that long
+            return None
         return i + len(container) if i < 0 else i
     for i, item in enumerate(container):
         if isinstance(item, dict) and item.get("name") == seg:

@@ -76,15 +76,15 @@ def find_manifest(name: str) -> Path:
 
 def list_manifests() -> list[tuple[str, Path, str]]:
     """``(name, path, description)`` of every manifest on the search path, sorted by name."""
-    import yaml
+    from app_api.manifest.yamlio import load_yaml_file
 
     out = []
     for name, path in sorted(_files().items()):
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data, _ = load_yaml_file(path)
             desc = data.get("description", "") if isinstance(data, dict) else ""
             desc = " ".join(str(desc or "").split())
-        except (OSError, yaml.YAMLError) as exc:
-            desc = f"(unreadable: {exc.__class__.__name__})"
+        except ManifestError as exc:
+            desc = f"(unreadable: {exc.problem})"
         out.append((name, path, desc))
     return out

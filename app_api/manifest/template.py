@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from app_api.fsutil import atomic_write, user_owned
 from app_api.manifest.errors import ManifestError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -102,8 +103,15 @@ def write_new_manifest(name: str, folder: str | os.PathLike = "manifests",
     path = Path(folder) / f"{name}.yaml"
     if path.exists() and not force:
         raise ManifestError(f"{_rel(path)} already exists", hint="Pass --force to overwrite it.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new_manifest_text(name), encoding="utf-8")
+    created = not path.parent.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if created:
+            user_owned(path.parent)
+        # atomic, never through a planted symlink, and the user's own under sudo
+        atomic_write(path, new_manifest_text(name))
+    except OSError as exc:
+        raise ManifestError(f"cannot write {_rel(path)}: {exc.strerror or exc}") from None
     return path
 
 

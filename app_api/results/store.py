@@ -1,20 +1,32 @@
-"""The results store: one directory per run, CSV rows streamed, summary written last."""
+"""The results store: one directory per run, CSV rows streamed, summary written last.
+
+Crash-safe: CSV rows reach the file as they arrive (a killed run keeps every
+completed row), every other file is replaced atomically (never seen half
+written), a directory that already holds a run is never written over, and a
+write that fails (a full disk) raises :class:`ResultsWriteError` so the run
+stops and says why. Text cells are escaped against spreadsheet formulas.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
+import errno
+import io
 import json
 import os
 import secrets
 from pathlib import Path
 from typing import Any
 
+from app_api.fsutil import atomic_write, user_owned
 from experiment_design.errors import TracrError
 from experiment_design.protocol import INFER_COLUMNS, LAYER_COLUMNS
 
-__all__ = ["INFER_COLUMNS", "LAYER_COLUMNS", "RunWriter", "find_run", "list_runs",
-           "load_summary", "new_run_id", "read_csv", "results_root"]
+__all__ = ["INFER_COLUMNS", "LAYER_COLUMNS", "ResultsWriteError", "RunWriter", "claim_run_dir",
+           "complete_rows", "find_run", "list_runs", "load_summary", "new_run_id",
+           "prepare_resume", "read_csv", "results_root", "safe_cell"]
 
 
 def results_root() -> Path:
@@ -29,62 +41,275 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z-" + secrets.token_hex(3)
 
 
+#: what a spreadsheet reads as the start of a formula (OWASP's list); such text cells get a "'"
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: errnos that mean "no room": the run stops and says so, without a traceback
+_NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+RESUME_FILE = "resume.json"
+#: files whose presence makes a directory a run directory (never written over)
+RUN_FILES = ("summary.json", "inferences.csv", "layers.csv", "manifest.yaml", "group.json")
+
+
+class ResultsWriteError(TracrError):
+    """A results file could not be written (disk full, file size limit, I/O error).
+
+    Exit code 1: the run failed, the user's input was fine. ``reason`` is the short
+    text summary.json's ``incomplete.reason`` carries.
+    """
+
+    exit_code = 1
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            what = "the disk is full"
+        elif exc.errno == errno.EFBIG:
+            what = "the file size limit was reached"
+        else:
+            what = exc.strerror or str(exc)
+        self.reason = f"cannot write {path.name}: {what}"
+        self.path = path
+        self.errno = exc.errno
+        super().__init__(f"{self.reason} ({path.parent})",
+                         hint="free some space (or raise the limit) and resume the run: "
+                              "tracr experiment run NAME --resume RUN")
+
+    @property
+    def no_room(self) -> bool:
+        """True for a full disk or a file size limit (not another I/O error)."""
+        return self.errno in _NO_ROOM
+
+
+def safe_cell(value: Any) -> Any:
+    """A CSV cell that no spreadsheet runs as a formula: text starting with ``= + - @``,
+    a tab or CR gets a leading ``'``; numbers (and text that is a number) are untouched."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def _csv_text(rows: list[dict], columns: list[str], header: bool = False) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    if header:
+        w.writerow(columns)
+    for r in rows:
+        w.writerow([safe_cell(r.get(c, "")) if r.get(c) is not None else "" for c in columns])
+    return buf.getvalue()
+
+
+class _CsvStream:
+    """One append-only CSV file: each batch of rows is one write, flushed to the kernel
+    at once (a killed run keeps every completed row); a write that fails is cut back to
+    the last complete row, so the file stays readable."""
+
+    def __init__(self, path: Path, columns: list[str], fresh: bool) -> None:
+        self.path, self.columns = path, columns
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        if fresh:
+            flags |= os.O_EXCL
+        try:
+            self.fd: int | None = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise ResultsWriteError(path, exc) from None
+        user_owned(path)
+        if fresh:
+            self.write_text(_csv_text([], columns, header=True))
+
+    def write_text(self, text: str) -> None:
+        """Append ``text`` whole, or (on an error) not at all."""
+        if self.fd is None:
+            raise ResultsWriteError(self.path, OSError(errno.EBADF, "the file is closed"))
+        start = os.fstat(self.fd).st_size
+        view = memoryview(text.encode())
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, start)
+            raise ResultsWriteError(self.path, exc) from None
+
+    def append(self, rows: list[dict]) -> None:
+        """Append rows (missing columns empty, text cells made formula-safe)."""
+        self.write_text(_csv_text(rows, self.columns))
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
+def claim_run_dir(path: Path) -> None:
+    """Create ``path`` for a new run; refuse (exit 2) one that already holds anything, so a
+    previous run is never written over."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise TracrError(f"{path} exists and is not a directory: not a place for a run.",
+                         hint="choose another --out")
+    if path.is_dir() and any(path.iterdir()):
+        what = "a run" if any((path / f).exists() for f in RUN_FILES) else "files"
+        raise TracrError(
+            f"{path} already holds {what}; tracr never writes over a previous run.",
+            hint="choose another --out (or leave --out off: each run gets a fresh directory); "
+                 "to continue an incomplete run use --resume",
+        )
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TracrError(f"cannot create the results directory {path}: {exc}") from exc
+    for p in created:  # under sudo, results/<experiment>/ too stay the user's
+        user_owned(p)
+
+
 class RunWriter:
-    """Writes one run directory; CSV rows are appended (and flushed) as they arrive."""
+    """Writes one run directory: CSV rows appended (and flushed) as they arrive, every
+    other file written atomically. A directory that already holds anything is refused,
+    except one :func:`prepare_resume` made (it carries the rows of the run resumed)."""
 
     def __init__(self, experiment: str, out_dir: str | os.PathLike | None = None,
                  run_id: str | None = None) -> None:
         self.experiment = experiment
         self.run_id = run_id or new_run_id()
         self.dir = Path(out_dir) if out_dir else results_root() / experiment / self.run_id
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise TracrError(f"cannot create the results directory {self.dir}: {exc}") from exc
-        self._files: dict[str, Any] = {}
-        self._writers: dict[str, csv.DictWriter] = {}
-        for name, cols in (("inferences.csv", INFER_COLUMNS), ("layers.csv", LAYER_COLUMNS)):
-            f = open(self.dir / name, "w", newline="")  # noqa: SIM115 - closed in close()
-            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-            w.writeheader()
-            self._files[name], self._writers[name] = f, w
         self.rows: list[dict] = []
         self.n_layers = 0
+        #: the run this one continues ({"run_id", "dir", "rows"}), or None
+        self.resumed_from: dict | None = None
+        #: the first write that failed (the run stops; summary.json says why)
+        self.failure: ResultsWriteError | None = None
+        self._offset = 0
+        resume = _prepared_resume(self.dir)
+        if resume is None:
+            claim_run_dir(self.dir)
+        else:
+            self.resumed_from = resume
+            # as read back: text, and None where a cell is empty (a failed row's timings)
+            self.rows = [{k: (v if v != "" else None) for k, v in r.items()}
+                         for r in read_csv(self.dir / "inferences.csv")]
+            self.n_layers = len(read_csv(self.dir / "layers.csv"))
+            # inference numbers stay unique across both runs: the new ones follow on
+            self._offset = 1 + max((int(_num_or(r.get("inference"), -1)) for r in self.rows),
+                                   default=-1)
+        fresh = resume is None
+        self._streams = {
+            "inferences.csv": _CsvStream(self.dir / "inferences.csv", INFER_COLUMNS, fresh),
+            "layers.csv": _CsvStream(self.dir / "layers.csv", LAYER_COLUMNS, fresh),
+        }
+
+    def _append(self, name: str, rows: list[dict]) -> None:
+        if self.failure is not None:
+            raise self.failure
+        try:
+            self._streams[name].append(rows)
+        except ResultsWriteError as exc:
+            self.failure = exc
+            raise
+
+    def _renumber(self, rows: list[dict]) -> list[dict]:
+        if not self._offset:
+            return rows
+        out = []
+        for r in rows:
+            r = dict(r)
+            if isinstance(r.get("inference"), int):
+                r["inference"] += self._offset
+            out.append(r)
+        return out
 
     def add_inferences(self, rows: list[dict]) -> None:
-        """Append inference rows."""
+        """Append inference rows (on disk before this returns; ResultsWriteError if not)."""
         if not rows:
             return
-        self._writers["inferences.csv"].writerows(rows)
-        self._files["inferences.csv"].flush()
+        rows = self._renumber(rows)
+        self._append("inferences.csv", rows)
         self.rows.extend(rows)
 
     def add_layers(self, rows: list[dict]) -> None:
         """Append per-layer rows."""
         if not rows:
             return
-        self._writers["layers.csv"].writerows(rows)
+        self._append("layers.csv", self._renumber(rows))
         self.n_layers += len(rows)
 
     def write_json(self, name: str, data: Any) -> Path:
-        """Write ``name`` as indented JSON."""
-        path = self.dir / name
-        path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-        return path
+        """Write ``name`` as indented JSON, atomically (ResultsWriteError if it cannot)."""
+        return self.write_text(name, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
     def write_text(self, name: str, text: str) -> Path:
-        """Write a text file (the resolved manifest)."""
+        """Write a text file (the resolved manifest) atomically."""
         path = self.dir / name
-        path.write_text(text)
-        return path
+        try:
+            return atomic_write(path, text)
+        except OSError as exc:
+            raise ResultsWriteError(path, exc) from None
 
     def close(self) -> None:
-        """Flush and close the CSV files."""
-        for f in self._files.values():
-            try:
-                f.close()
-            except OSError:
-                pass
+        """Close the CSV files (their rows are on disk already)."""
+        for s in self._streams.values():
+            s.close()
+
+
+def _num_or(v: Any, default: float) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _prepared_resume(path: Path) -> dict | None:
+    """The resume note of a directory :func:`prepare_resume` made and no run used yet."""
+    note = path / RESUME_FILE
+    if not note.is_file() or (path / "manifest.yaml").exists() or (path / "summary.json").exists():
+        return None
+    try:
+        data = json.loads(note.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def prepare_resume(source: Path, experiment: str, out_dir: str | os.PathLike | None = None,
+                   run_id: str | None = None) -> Path:
+    """A fresh run directory holding the complete rows of the incomplete run ``source``
+    (kept as they were measured) and a ``resume.json`` note; the next :class:`RunWriter`
+    on it appends the rest. ``source`` itself is never written to."""
+    source = Path(source)
+    run_id = run_id or new_run_id()
+    dest = Path(out_dir) if out_dir else results_root() / experiment / run_id
+    claim_run_dir(dest)
+    infer = complete_rows(source / "inferences.csv")
+    layers = complete_rows(source / "layers.csv")
+    try:
+        atomic_write(dest / "inferences.csv", _csv_text(infer, INFER_COLUMNS, header=True))
+        atomic_write(dest / "layers.csv", _csv_text(layers, LAYER_COLUMNS, header=True))
+        note = {"run_id": source.name, "dir": str(source.resolve()), "rows": len(infer)}
+        atomic_write(dest / RESUME_FILE, json.dumps(note, indent=2) + "\n")
+    except OSError as exc:
+        raise ResultsWriteError(dest, exc) from None
+    return dest
+
+
+def complete_rows(path: Path) -> list[dict]:
+    """The rows of a CSV file a run was writing, without a last row cut off by a crash.
+
+    Missing file: no rows."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise TracrError(f"cannot read {path}: {exc.strerror or exc}") from None
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    if rows and not text.endswith("\n"):
+        rows.pop()  # the write of the last row did not finish
+    return rows
 
 
 def list_runs(root: Path | None = None) -> list[dict]:
@@ -120,16 +345,17 @@ def _group_as_summary(group_dir: Path) -> dict | None:
 def load_summary(run_dir: Path) -> dict | None:
     """summary.json of a run directory, or None when missing/unreadable."""
     try:
-        return json.loads((Path(run_dir) / "summary.json").read_text())
+        data = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def find_run(ref: str, root: Path | None = None) -> Path:
     """Resolve ``last``, a run id, ``experiment/run-id``, an experiment name (its latest
     run) or a directory path to a run directory."""
     p = Path(ref)
-    if ref not in ("last",) and ((p / "summary.json").exists() or (p / "group.json").exists()):
+    if ref not in ("last",) and p.is_dir() and any((p / f).exists() for f in RUN_FILES):
         return p
     runs = list_runs(root)
     if ref == "last":

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from app_api.fsutil import atomic_write
 from app_api.results import new_run_id, results_root
 from app_api.runner import network
 from app_api.runner.observer import RunResult, run_experiment
@@ -69,7 +70,7 @@ def group_row(bandwidth: str, summary: dict | None, run_dir: Path, group_dir: Pa
 def write_group(group_dir: Path, doc: dict) -> Path:
     """Write ``group.json``."""
     path = group_dir / GROUP_FILE
-    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    atomic_write(path, json.dumps(doc, indent=2, default=str) + "\n")
     return path
 
 

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from app_api.fsutil import atomic_write
+
 log = logging.getLogger(__name__)
 
 
@@ -255,7 +257,7 @@ def write_partitioners_json(
         "what_if_bandwidths": {str(k): v for k, v in (what_if or {}).items()},
     }
     path = Path(run_dir) / "partitioners.json"
-    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    atomic_write(path, json.dumps(doc, indent=2, default=str) + "\n")
     return path
 
 

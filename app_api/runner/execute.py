@@ -1,10 +1,16 @@
-"""Carrying out a :class:`~app_api.runner.plan.RunPlan`: the one place that runs each kind."""
+"""Carrying out a :class:`~app_api.runner.plan.RunPlan`: the one place that runs each kind.
+
+Where the results go is settled here, before any device is touched: ``--out``
+must be a new (or empty) directory, never a previous run's; a resumed run gets a
+fresh directory seeded with the rows of the run it continues.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 
+from app_api.results import claim_run_dir, prepare_resume
 from app_api.runner import network
 from app_api.runner.bandwidths import run_bandwidths
 from app_api.runner.observer import RunResult
@@ -14,10 +20,16 @@ from app_api.runner.plan import PLAIN, SHAPED, SWEEP, RunPlan
 def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: bool = True,
             say: Callable[[str], None] = lambda m: None) -> RunResult:
     """Run ``plan``; a sweep's result is its group (directory, ``group.json`` as summary)."""
+    if plan.kind not in (PLAIN, SHAPED, SWEEP):
+        raise ValueError(f"unknown plan kind {plan.kind!r}")
+    resume = plan.runs[0].resume_from if plan.kind != SWEEP else None
+    if resume is not None:
+        out_dir = prepare_resume(resume, plan.manifest.name, out_dir)
+        say(f"resuming {resume}: its measurements are kept, the rest goes to {out_dir}")
+    elif out_dir is not None:
+        claim_run_dir(out_dir)  # refused (exit 2) if it holds a previous run
     if plan.kind == PLAIN:
         return network.run_plain(plan.runs[0], out_dir=out_dir, progress=progress)
     if plan.kind == SHAPED:
         return network.run_shaped(plan.runs[0], out_dir=out_dir, progress=progress, say=say)
-    if plan.kind == SWEEP:
-        return run_bandwidths(plan, out_dir=out_dir, progress=progress, say=say)
-    raise ValueError(f"unknown plan kind {plan.kind!r}")
+    return run_bandwidths(plan, out_dir=out_dir, progress=progress, say=say)

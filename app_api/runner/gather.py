@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app_api.results import build_summary
+from app_api.results import ResultsWriteError, build_summary
 from app_api.runner.evaluate import evaluate_run, measurement_noise
 from app_api.runner.state import RunState
 from app_api.units import parse_rate
@@ -29,21 +29,43 @@ class RunResult:
         return 0 if self.ok else 1
 
 
+def incomplete_reason(state: RunState, interrupted: bool) -> str | None:
+    """Why the run did not finish its plan (None when it did): the liveness checks' reason
+    (a lost partner, ``run.timeout_s``), a results file that could not be written, or a stop."""
+    reason = getattr(state, "incomplete_reason", None)
+    failure = getattr(state.writer, "failure", None)
+    if not reason and failure is not None:
+        reason = failure.reason
+    if not reason and interrupted:
+        reason = "interrupted"
+    return reason
+
+
 def gather(state: RunState, interrupted: bool) -> RunResult:
-    """Close the record files and write what the run measured; return the result."""
+    """Close the record files and write what the run measured; return the result.
+
+    Always leaves a readable ``summary.json``: when the full one cannot be written (a full
+    disk) a small one says so; an incomplete run carries ``incomplete: {reason}``.
+    """
     w = state.writer
     w.close()
-    w.write_json("environment.json", state.envs)
+    try:
+        w.write_json("environment.json", state.envs)
+    except ResultsWriteError as exc:
+        state.errors.append(str(exc))
     model = dict(state.manifest.model)
     weights = "pretrained" if model.get("weights") else "random"
     failed_rows = [r for r in w.rows if r.get("error")]
-    ok = not state.errors and not failed_rows and not interrupted
+    reason = incomplete_reason(state, interrupted)
+    ok = not state.errors and not failed_rows and not interrupted and reason is None
     t = state.times
     summary = build_summary(
         w.rows,
         experiment=state.manifest.name,
         run_id=w.run_id,
         status="interrupted" if interrupted else ("ok" if ok else "failed"),
+        incomplete={"reason": reason} if reason else None,
+        resumed_from=getattr(w, "resumed_from", None),
         wall_s=t.get("wall_s"),
         deploy_s=t.get("deploy_s"),
         deploy_phases={k: t.get(k) for k in ("start_s", "setup_s")},
@@ -57,17 +79,43 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         errors=state.errors,
         **state.extra,
     )
-    if state.eval_ctx is not None and summary["splits"]:
+    if state.eval_ctx is not None and summary["splits"] and getattr(w, "failure", None) is None:
         summary["partitioners"] = score_partitioners(state, summary, w.dir)
         summary["measurement_noise"] = measurement_noise(w.rows)
-    w.write_json("summary.json", summary)
-    try:
-        from app_api.results.plots import draw  # matplotlib: only once there is something to draw
+    if write_summary(w, summary):
+        try:
+            # matplotlib: imported only once there is something to draw
+            from app_api.results.plots import draw
 
-        draw(summary, w.dir)
-    except Exception as exc:  # a plot must never lose a run
-        log.warning("plots not drawn: %s", exc)
-    return RunResult(run_dir=w.dir, summary=summary, ok=ok, errors=list(state.errors))
+            draw(summary, w.dir)
+        except Exception as exc:  # a plot must never lose a run
+            log.warning("plots not drawn: %s", exc)
+    return RunResult(run_dir=w.dir, summary=summary, ok=ok and summary["status"] == "ok",
+                     errors=list(state.errors))
+
+
+def write_summary(writer, summary: dict) -> bool:
+    """Write ``summary.json``; if it does not fit (a full disk), a small one that still says
+    what happened. True when the full one was written."""
+    try:
+        writer.write_json("summary.json", summary)
+        return True
+    except ResultsWriteError as exc:
+        summary["errors"].append(str(exc))
+        summary["status"] = "failed" if summary["status"] == "ok" else summary["status"]
+        summary["incomplete"] = summary.get("incomplete") or {"reason": exc.reason}
+    small = {k: summary.get(k) for k in SMALL_SUMMARY}
+    small["errors"] = [e[:500] for e in summary["errors"][-5:]]
+    try:
+        writer.write_json("summary.json", small)
+    except ResultsWriteError as exc:
+        log.error("summary.json not written: %s", exc)
+    return False
+
+
+#: the keys of the small summary.json written when the full one does not fit
+SMALL_SUMMARY = ("experiment", "run_id", "status", "incomplete", "resumed_from", "inferences",
+                 "failed", "best_split", "wall_s", "model")
 
 
 def score_partitioners(state: RunState, summary: dict, run_dir: Path) -> dict | None:

@@ -16,10 +16,15 @@ stand for; :mod:`app_api.runner.execute` carries them out.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from app_api.manifest import Manifest, Override, derive_manifest
+from app_api.manifest import Manifest, Override, derive_manifest, validate_data
+from app_api.results import complete_rows
+from experiment_design.errors import TracrError
 
 PLAIN, SHAPED, SWEEP = "plain", "shaped", "sweep"
 
@@ -28,18 +33,21 @@ PLAIN, SHAPED, SWEEP = "plain", "shaped", "sweep"
 class PlannedRun:
     """One run: its manifest and the rate to shape the lab link to first (None: leave it).
 
-    ``subdir`` is where a sweep puts this run inside its group directory.
+    ``subdir`` is where a sweep puts this run inside its group directory;
+    ``resume_from`` the incomplete run directory this run continues (see :func:`plan_resume`).
     """
 
     manifest: Manifest
     bandwidth: str | None = None
     delay_ms: float | None = None
     subdir: str | None = None
+    resume_from: Path | None = None
 
     def __str__(self) -> str:
         link = f" over a lab link shaped to {self.bandwidth}" if self.bandwidth else ""
         where = f" -> {self.subdir}/" if self.subdir else ""
-        return f"run {self.manifest.name}{link}{where}"
+        resume = f", resuming {self.resume_from}" if self.resume_from else ""
+        return f"run {self.manifest.name}{link}{where}{resume}"
 
 
 @dataclass(frozen=True)
@@ -112,3 +120,129 @@ def bandwidth_dir_name(bandwidth: str) -> str:
 
 def _set_by(overrides: tuple[Override, ...], key: str) -> bool:
     return any(o.sets(key) for o in overrides)
+
+
+# ----- resuming an incomplete run ---------------------------------------------------------------
+#: what a resumed run must share with the run it continues (else its rows would not belong)
+SAME_AS_RESUMED = ("model", "dataset", "participant_instances", "transport")
+
+
+def resume_counts(rows: list[dict]) -> dict[int, int]:
+    """``{split: successful measurements}`` in a run's inference rows (failed ones are redone)."""
+    counts: dict[int, int] = {}
+    for r in rows:
+        if r.get("error") or r.get("split") in (None, ""):
+            continue
+        try:
+            k = int(r["split"])
+        except ValueError:
+            continue
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def plan_resume(manifest: Manifest, source: Path) -> RunPlan:
+    """The plan that continues the incomplete run in ``source`` with ``manifest``.
+
+    The split points ``source`` measured are not measured again: their counts (from its
+    ``inferences.csv``) reach the edge's partitioner as ``partitioner.params.done``, and the
+    infer-dataset task runs only what is left, so every split ends with its planned count.
+    The resumed run writes a new directory holding ``source``'s rows and the new ones.
+    """
+    source = Path(source)
+    plan = plan_runs(manifest)
+    if plan.kind == SWEEP:
+        raise TracrError(
+            "--resume continues one run, not a bandwidth sweep.",
+            hint="resume one rate's run: --resume GROUP/bw-RATE --set network.bandwidth=RATE "
+                 "--set network.bandwidths=null",
+        )
+    check_same_experiment(manifest, source)
+    rows = complete_rows(source / "inferences.csv")
+    instances = {r.get("instance") for r in rows if r.get("instance")}
+    if len(instances) > 1:
+        raise TracrError(f"--resume: {source} has rows from {len(instances)} measuring "
+                         "participants; only runs with one can be resumed.")
+    resumed = resume_manifest(manifest, resume_counts(rows), source)
+    run = dataclasses.replace(plan.runs[0], manifest=resumed, resume_from=source)
+    return RunPlan(plan.kind, resumed, (run,))
+
+
+def resume_manifest(manifest: Manifest, done: dict[int, int], source: Path) -> Manifest:
+    """``manifest`` told what is done: the partitioner skips it and the task runs the rest.
+
+    The overrides recorded stay the user's own (a resumed run can itself be resumed).
+    """
+    data = manifest.raw
+    steps = [step for tasks in data["playbook"].values() for step in tasks
+             if step["task"] == "infer-dataset"]
+    if len(steps) != 1:
+        raise TracrError(f"--resume needs exactly one infer-dataset task in the playbook "
+                         f"(found {len(steps)}).")
+    params, part = steps[0]["params"], data["partitioner"]
+    total_done = sum(done.values())
+    summary = _summary(source)
+    if summary and summary.get("status") == "ok" and not summary.get("incomplete"):
+        raise TracrError(f"{source} is a complete run; there is nothing to resume.",
+                         hint="run the experiment again without --resume")
+    if params.get("count") is not None:
+        left = int(params["count"]) - total_done
+        if left <= 0:
+            raise TracrError(f"{source} already has the {params['count']} measurements planned; "
+                             "there is nothing to resume.")
+        params["count"] = left
+    elif part["name"] != "cyclic":
+        raise TracrError(
+            f"--resume with the {part['name']} partitioner needs the number of inferences "
+            "planned: the infer-dataset task's params.count.",
+            hint="give it the count the run was started with: "
+                 "--set +playbook.INSTANCE.0.params.count=N",
+        )
+    if part["name"] == "cyclic":
+        pparams = part["params"]
+        if params.get("count") is None:
+            sweeps = params.get("sweeps", (data.get("run") or {}).get("repeats") or 1)
+            pparams["passes"] = int(sweeps) * int(pparams.get("passes", 1))
+            params["sweeps"] = 1
+        pparams["done"] = {int(k): int(n) for k, n in sorted(done.items())}
+    return validate_data(data, name=manifest.name, path=manifest.path,
+                         overrides=manifest.parsed_overrides)
+
+
+def check_same_experiment(manifest: Manifest, source: Path) -> None:
+    """Refuse (exit 2) to resume a run of another model, dataset or set of participants."""
+    from app_api.manifest.yamlio import load_yaml_file
+
+    path = Path(source) / "manifest.yaml"
+    if not path.is_file():
+        raise TracrError(f"{source} has no manifest.yaml: not a tracr run directory.",
+                         hint="point --resume at a run directory, its id, or last")
+    before, _ = load_yaml_file(path)
+    now = manifest.raw
+    for key in SAME_AS_RESUMED:
+        if not isinstance(before, dict) or before.get(key) != now.get(key):
+            raise TracrError(
+                f"--resume: {source} ran with a different {key} than {manifest.name} now has.",
+                hint="resume with the manifest and --set overrides of that run "
+                     f"(see {path})",
+            )
+    if (before.get("partitioner") or {}).get("name") != manifest.partitioner.get("name"):
+        raise TracrError(f"--resume: {source} used another partitioner.",
+                         hint=f"see {path}")
+
+
+def _summary(source: Path) -> dict | None:
+    try:
+        data = json.loads((Path(source) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def recorded_overrides(source: Path) -> list[str]:
+    """The ``--set`` overrides the run in ``source`` was started with (``overrides.json``)."""
+    try:
+        data = json.loads((Path(source) / "overrides.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(o) for o in data] if isinstance(data, list) else []

@@ -26,25 +26,45 @@ class CyclicPartitioner(Partitioner):
     and unstable when several splits are close; measuring the close ones more
     is where extra repeats pay (racing). One sweep is
     ``len(allowed) * repeats + min(contenders, len(allowed)) * refine`` inferences.
+
+    Resuming (``tracr experiment run NAME --resume RUN`` sets these): ``done``
+    (``{split: n}``) counts the measurements an earlier, incomplete run already
+    made; the first ``n`` visits of split ``k`` are skipped, so each split still
+    ends with its planned count. ``passes`` (default 1) is how many sweeps the
+    task runs; :meth:`sweep_length` is then what is left of those passes.
     """
 
     def __init__(self, repeats: int = 1, splits: Any = "all", refine: int = 0,
-                 contenders: int = 8, **params: Any) -> None:
+                 contenders: int = 8, done: dict | None = None, passes: int = 1,
+                 **params: Any) -> None:
         super().__init__(repeats=repeats, splits=splits, refine=refine, contenders=contenders,
                          **params)
+        if done:
+            self.params["done"] = done
+        if passes != 1:
+            self.params["passes"] = passes
         if int(repeats) < 1:
             raise TracrError(f"cyclic: repeats must be >= 1, got {repeats}")
         if int(refine) < 0 or int(contenders) < 1:
             raise TracrError(f"cyclic: refine must be >= 0 and contenders >= 1, got "
                              f"refine={refine}, contenders={contenders}")
+        self.done = _counts(done)
+        if int(passes) < 1:
+            raise TracrError(f"cyclic: passes must be >= 1, got {passes}")
+        if self.done and int(refine):
+            raise TracrError("cyclic: resuming a sweep with refine rounds is not supported",
+                             hint="resume with partitioner.params.refine=0, or run it again")
         self.repeats = int(repeats)
         self.refine = int(refine)
         self.n_contenders = int(contenders)
+        self.passes = int(passes)
         self.splits = splits
         self.allowed: list[int] = []
         self.contenders: list[int] = []
         self.e2e: dict[int, list[float]] = {}
         self._n = 0
+        self._pos = 0
+        self._skip: dict[int, int] = {}
 
     def setup(self, ctx: PartitionContext) -> None:
         """Resolve the allowed split set against the model's valid splits."""
@@ -61,7 +81,8 @@ class CyclicPartitioner(Partitioner):
                     hint=f"valid splits are {valid}",
                 )
             self.allowed = wanted
-        self.contenders, self.e2e, self._n = [], {}, 0
+        self.contenders, self.e2e, self._n, self._pos = [], {}, 0, 0
+        self._skip = dict(self.done)
 
     def _walk(self) -> int:
         return len(self.allowed) * self.repeats
@@ -84,9 +105,19 @@ class CyclicPartitioner(Partitioner):
 
     def next_split(self) -> int:
         """The walk (each allowed split ``repeats`` times), then the refine rounds over the
-        contenders; wraps around after a whole sweep."""
-        i = self._n % self.sweep_length()
+        contenders; wraps around after a whole sweep. Visits counted in ``done`` are skipped."""
         self._n += 1
+        while True:
+            k = self._at(self._pos)
+            self._pos += 1
+            if self._skip.get(k, 0) > 0:
+                self._skip[k] -= 1
+                continue
+            return k
+
+    def _at(self, pos: int) -> int:
+        """The split at position ``pos`` of the (endless) cyclic schedule."""
+        i = pos % (self._walk() + self._n_refine())
         if i < self._walk():
             return self.allowed[i // self.repeats]
         if i == self._walk():
@@ -95,8 +126,11 @@ class CyclicPartitioner(Partitioner):
         return self.contenders[j % len(self.contenders)]
 
     def sweep_length(self) -> int:
-        """len(allowed splits) x repeats, plus the refine rounds."""
-        return self._walk() + self._n_refine()
+        """len(allowed splits) x repeats, plus the refine rounds, times ``passes``; less the
+        visits a resumed run's ``done`` counts skip."""
+        planned = self.repeats * self.passes
+        skipped = sum(min(n, planned) for k, n in self.done.items() if k in self.allowed)
+        return (self._walk() + self._n_refine()) * self.passes - skipped
 
     def decision(self) -> dict:
         """The allowed set, repeats, the refined contenders and position in the cycle."""
@@ -107,9 +141,26 @@ class CyclicPartitioner(Partitioner):
             "sweep_length": self.sweep_length(),
             "issued": self._n,
         }
+        if self.done:
+            out.update(done={str(k): n for k, n in sorted(self.done.items())}, passes=self.passes)
         if self.refine:
             out.update(refine=self.refine, contenders=self.contenders)
         return out
+
+
+def _counts(done: Any) -> dict[int, int]:
+    """``{split: count}`` with integer keys (JSON turns them into strings); checked."""
+    if done in (None, {}):
+        return {}
+    if not isinstance(done, dict):
+        raise TracrError(f"cyclic: done must be a mapping of split to count, not {done!r}")
+    try:
+        out = {int(k): int(v) for k, v in done.items()}
+    except (TypeError, ValueError):
+        raise TracrError(f"cyclic: done must map split indices to counts, not {done!r}") from None
+    if any(v < 0 for v in out.values()):
+        raise TracrError(f"cyclic: done counts must be >= 0, got {done!r}")
+    return out
 
 
 @register_partitioner("fixed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,52 @@ def test_the_observer_does_not_import_the_lab():
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert not [n for n in names if n == "app_api.lab" or n.startswith("app_api.lab.")]
+
+
+def _killed_run(tmp_path, m, splits: list[int], errors=()) -> Path:
+    from app_api.results import RunWriter
+
+    w = RunWriter(m.name, out_dir=tmp_path / "killed")
+    w.write_text("manifest.yaml", m.to_yaml())
+    w.add_inferences([{"inference": i, "split": k, "instance": "edge-1", "e2e_ms": 1.0,
+                       "error": "boom" if i in errors else ""} for i, k in enumerate(splits)])
+    w.close()
+    return w.dir
+
+
+def test_resume_hands_the_counts_to_cyclic_and_runs_one_pass_of_what_is_left(tmp_path):
+    from app_api.runner.plan import plan_resume
+
+    m = _manifest("network.bandwidths=null", "run.repeats=2", name="alexnet-sweep")
+    src = _killed_run(tmp_path, m, [0, 0, 1, 1, 2], errors={4})
+    plan = plan_resume(m, src)
+    assert plan.kind == PLAIN and plan.runs[0].resume_from == src and "resuming" in str(plan)
+    r = plan.runs[0].manifest
+    assert r.partitioner["params"]["done"] == {0: 2, 1: 2}  # the failed row is redone
+    assert r.partitioner["params"]["passes"] == 2
+    assert r.playbook["edge-1"][0]["params"]["sweeps"] == 1
+    assert r.overrides == m.overrides  # the user's own, so a resumed run can be resumed
+
+
+def test_resume_shortens_an_explicit_count(tmp_path):
+    from app_api.runner.plan import plan_resume
+
+    m = _manifest("network.bandwidths=null", "partitioner.name=fixed",
+                  "+playbook.edge-1.0.params.count=5", name="alexnet-sweep")
+    plan = plan_resume(m, _killed_run(tmp_path, m, [3, 3]))
+    assert plan.runs[0].manifest.playbook["edge-1"][0]["params"]["count"] == 3
+
+
+def test_resume_refusals(tmp_path):
+    from app_api.runner.plan import plan_resume
+    from experiment_design.errors import TracrError
+
+    m = _manifest("network.bandwidths=null", name="alexnet-sweep")
+    with pytest.raises(TracrError, match="different model"):
+        plan_resume(_manifest("network.bandwidths=null", "model.batch=2", name="alexnet-sweep"),
+                    _killed_run(tmp_path, m, [0]))
+    fixed = _manifest("network.bandwidths=null", "partitioner.name=fixed", name="alexnet-sweep")
+    with pytest.raises(TracrError, match="params.count"):
+        plan_resume(fixed, _killed_run(tmp_path / "b", fixed, [0]))
+    with pytest.raises(TracrError, match="manifest.yaml"):
+        plan_resume(m, tmp_path)
