@@ -406,6 +406,9 @@ class PollReply(Message):
     split: int | None = None
     records: list[InferenceRecord] = field(default_factory=list)
     layers: list[LayerRecord] = field(default_factory=list)
+    #: per-stage rows of chain inferences, and measured configurations (pipelines)
+    stages: list[dict] = field(default_factory=list)
+    configs: list[dict] = field(default_factory=list)
     error: str | None = None
     logs: list[dict] = field(default_factory=list)
 

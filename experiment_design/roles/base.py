@@ -108,6 +108,8 @@ class ParticipantService(rpyc.Service):
         self.setup_info: SetupInfo | None = None
         self._records: list[InferenceRecord] = []
         self._layers: list[LayerRecord] = []
+        self._stages: list[dict] = []
+        self._configs: list[dict] = []
         self._task_thread: threading.Thread | None = None
         self._state = "idle"
         self._task_name: str | None = None
@@ -149,6 +151,16 @@ class ParticipantService(rpyc.Service):
         with self._lock:
             self._records.append(row)
             self._layers.extend(layers)
+
+    def emit_stages(self, rows: list[dict]) -> None:
+        """Queue per-stage rows of one inference of a chain (``stages.csv``)."""
+        with self._lock:
+            self._stages.extend(rows)
+
+    def emit_config(self, row: dict) -> None:
+        """Queue the summary of one measured configuration of a chain (``configs.csv``)."""
+        with self._lock:
+            self._configs.append(row)
 
     def progress(self, done: int | None = None, total: int | None = None, split: int | None = None):
         """Update what poll() reports."""
@@ -375,8 +387,9 @@ class ParticipantService(rpyc.Service):
                 self._changed.wait(wait_s)
             out = PollReply(state=self._state, task=self._task_name, done=self._done,
                             total=self._total, split=self._split, records=self._records,
-                            layers=self._layers, error=self._error)
-            self._records, self._layers = [], []
+                            layers=self._layers, stages=self._stages,
+                            configs=self._configs, error=self._error)
+            self._records, self._layers, self._stages, self._configs = [], [], [], []
         out.logs = self.logs.drain() if self.logs is not None else []
         return out
 

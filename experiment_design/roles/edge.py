@@ -1,33 +1,35 @@
-"""The edge role: preloaded inputs, layers before the cut, send, receive the result."""
+"""The edge role: the head of the chain; preloaded inputs, the first layers, the result back."""
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from typing import Any
 
 from experiment_design.errors import TracrError
 from experiment_design.partitioners import PartitionContext, create_partitioner
 from experiment_design.protocol import (
-    LIVENESS_TIMEOUT_S,
     InferenceRecord,
     LayerRecord,
     Measurements,
     PartitionerPlan,
     partition_context,
 )
-from experiment_design.roles.base import ParticipantService
 from experiment_design.roles.registry import register_role
+from experiment_design.roles.stage import ChainMember, require_channels
+from experiment_design.runtime.chain import Completed, Route
 
 log = logging.getLogger(__name__)
 
 
 @register_role("edge")
-class EdgeRole(ParticipantService):
-    """Runs the layers before the cut on its own inputs and ships the crossing tensors.
+class EdgeRole(ChainMember):
+    """The head of the chain: runs the first layers on its own inputs and ships what
+    crosses the cut (see :mod:`experiment_design.runtime.chain`).
 
-    One row per inference, all durations on this host's clock except the
-    cloud's own decode/compute durations, which it measures and reports.
+    One row per inference, all durations on this host's clock except the other stages'
+    own decode/compute durations, which they measure and report in the reply.
     """
 
     partners = {"downstream": "cloud"}
@@ -36,37 +38,32 @@ class EdgeRole(ParticipantService):
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.channels: list[tuple[str, Any]] = []
         self.partitioner: Any = None
+        self.head: Any = None
         self._next_id = 0
         self._rr = 0
+        #: inferences of earlier configurations, for progress across a pipeline task
+        self.progress_base = 0
+        #: link figures by "from>to", for the stage times a configuration's bound uses
+        self.links: dict[str, dict] = {}
 
     def on_setup(self, config: dict) -> dict:
         """Model, dataset and the partitioner (set up later, with its context)."""
+        from experiment_design.runtime.chain import ChainHead
+
         info = super().on_setup(config)
         p = config.get("partitioner") or {"name": "cyclic", "params": {}}
         self.partitioner = create_partitioner(p["name"], **(p.get("params") or {}))
         info["partitioner_needs"] = sorted(self.partitioner.needs)
         self.weights = "pretrained" if config["model"].get("weights") else "random"
+        self.head = ChainHead(self)
         return info
 
     def on_connect_partners(self, partners: dict) -> dict:
         """Open one authenticated data channel per downstream partner."""
-        from experiment_design.transport import connect
-
-        # no reply for the liveness timeout: the partner is lost (a receive never waits for
-        # ever; a partner profiling or computing sends nothing only between requests)
-        deadline = float((self.config.get("run") or {}).get("liveness_timeout_s")
-                         or LIVENESS_TIMEOUT_S)
-        for slot_peers in partners.get("downstream", []):
-            ch = connect(slot_peers["host"], int(slot_peers["port"]), self.data_secret, self.codec)
-            ch.set_timeout(deadline, partner=slot_peers["instance"])
-            self.channels.append((slot_peers["instance"], ch))
-            log.info("connected to %s at %s:%s", slot_peers["instance"], slot_peers["host"],
-                     slot_peers["port"])
-        if not self.channels:
-            raise TracrError(f"{self.instance}: no downstream partner to send to")
-        return {"channels": [name for name, _ in self.channels]}
+        out = super().on_connect_partners(partners)
+        require_channels(self)
+        return out
 
     def prepare_partitioner(self, measured: Measurements) -> PartitionerPlan:
         """Set up the partitioner with the model facts plus the observer's measurements."""
@@ -111,93 +108,162 @@ class EdgeRole(ParticipantService):
                 x, label, item = self.inputs[i % len(self.inputs)]
                 self.infer(x, label, item, k, record=False)
 
-    def infer(self, x: Any, label: Any, item: str, split: int, *,
+    def route_for(self, split: int) -> Route:
+        """The two-stage route of split ``split``: this edge, then the next partner in turn."""
+        name = self.channels[self._rr % len(self.channels)][0]
+        self._rr += 1
+        return Route((self.instance, name), (int(split),))
+
+    def infer(self, x: Any, label: Any, item: str, split: int | Route, *,
               record: bool = True) -> InferenceRecord:
-        """One split inference; returns (and, if record, emits) its row. Never raises for
-        a compute error; a broken channel is recorded and then re-raised."""
-        import torch
-
-        from experiment_design.transport.errors import TransportError
-
-        link_errors = (OSError, EOFError, TransportError)
-        sm = self.split_model
+        """One inference alone in the chain (``split``: a cut, or a whole route); returns
+        (and, if record, emits) its row. Never raises for a compute error; a broken
+        channel is recorded and then re-raised."""
+        route = split if isinstance(split, Route) else self.route_for(split)
         iid = self._next_id if record else -1
         if record:
             self._next_id += 1
-        name, ch = self.channels[self._rr % len(self.channels)]
-        self._rr += 1
-        row = InferenceRecord(
-            inference=iid, item=item, label=label if not isinstance(label, list)
-            else ";".join(map(str, label)), split=split,
-            layer=sm.points[split].layer, weights=self.weights, partner=name,
-            error="",
-        )
-        layer_rows: list[LayerRecord] = []
-        link_error: Exception | None = None
-        try:
-            with torch.inference_mode():
-                t0, c0 = time.perf_counter_ns(), time.process_time_ns()
-                crossing, pre = sm.run_prefix(split, x, timed=True)
-                t1, c1 = time.perf_counter_ns(), time.process_time_ns()
-                sent = ch.send({"op": "infer", "id": iid, "split": split}, crossing)
-                try:
-                    header, tensors, _ = ch.recv()
-                except link_errors as exc:
-                    link_error = exc
-                    raise
-                t2 = time.perf_counter_ns()
-            if header.get("error"):
-                raise RuntimeError(f"cloud: {header['error']}")
-            edge_ms = (t1 - t0) / 1e6
-            e2e_ms = (t2 - t0) / 1e6
-            dec, cloud = float(header["decode_ms"]), float(header["compute_ms"])
-            row.update(
-                edge_ms=edge_ms, encode_ms=sent.encode_ms, decode_ms=dec, cloud_ms=cloud,
-                edge_cpu_ms=(c1 - c0) / 1e6, cloud_cpu_ms=header.get("cpu_ms"),
-                transfer_ms=e2e_ms - edge_ms - sent.encode_ms - dec - cloud, e2e_ms=e2e_ms,
-                bytes_raw=sent.raw_bytes, bytes_encoded=sent.encoded_bytes,
-                n_crossing=len(crossing),
-            )
-            outs = [tensors[k] for k in sorted(tensors, key=lambda s: int(s[3:]))]
-            if outs:
-                first = outs[0]
-                row["top1"] = int(first.reshape(first.shape[0], -1)[0].argmax()) \
-                    if first.dim() > 0 and first.numel() else ""
-                row["output_sum"] = float(sum(float(o.double().sum()) for o in outs))
-            layer_rows = [_layer(iid, "edge", sm, i, ms) for i, ms in pre]
-            layer_rows += [_layer(iid, "cloud", sm, int(i), float(ms))
-                           for i, ms in header.get("layers", [])]
-        except link_errors as exc:
-            link_error = exc
-            row["error"] = f"link to {name} failed: {type(exc).__name__}: {exc}"
-        except Exception as exc:
-            row["error"] = f"{type(exc).__name__}: {exc}"
+        done = self.head.once(route, x, iid)
+        row, layer_rows = self.rows_of(done, label, item)
         if record:
             self.emit_record(row, layer_rows)
-        if link_error is not None:
+        if done.link_error:
             raise TracrError(row["error"])
         return row
 
-    def finish_partners(self) -> None:
-        """Tell every downstream partner this edge is done, then close the channels."""
-        for name, ch in self.channels:
-            try:
-                ch.send({"op": "finish"}, {})
-                ch.recv()
-            except Exception as exc:  # partner already gone: nothing more to say
-                log.warning("could not say goodbye to %s: %s", name, exc)
-            finally:
-                ch.close()
-        self.channels = []
+    def run_config(self, route: Route, mode: str, count: int, in_flight: int = 1, *,
+                   links: dict | None = None, predicted: dict | None = None,
+                   bandwidth: str = "") -> dict:
+        """Measure one configuration: ``count`` inferences along ``route`` in ``mode``
+        ("latency": one at a time; "throughput": up to ``in_flight`` at once). Every
+        inference is recorded (``inferences.csv``, ``layers.csv``, ``stages.csv``) and the
+        configuration's summary (``configs.csv``) is returned and recorded."""
+        from experiment_design.runtime.pipestats import stage_rows, summarize
 
-    def close(self) -> None:
-        """Close data channels."""
-        super().close()
-        for _, ch in self.channels:
-            try:
-                ch.close()
-            except OSError:
-                pass
+        inputs = self.inputs
+        done: list[Completed] = []
+        first = self._next_id
+        self._next_id += count
+
+        def record(c: Completed) -> None:
+            _, label, item = inputs[(c.iid - first) % len(inputs)]
+            row, layer_rows = self.rows_of(c, label, item)
+            self.emit_record(row, layer_rows)
+            self.emit_stages(stage_rows(c, route.label, mode))
+            done.append(c)
+            self.progress(done=self.progress_base + len(done))
+
+        if mode == "throughput":
+            self.head.pipelined(route, inputs, count, in_flight, first, record)
+        else:
+            for i in range(count):
+                if self.cancel_event.is_set() or self.stop_event.is_set():
+                    break
+                c = self.head.once(route, inputs[i % len(inputs)][0], first + i)
+                record(c)
+                if c.link_error:
+                    raise TracrError(c.error)
+        summary = summarize(done, mode=mode, in_flight=in_flight, batch=self.batch,
+                            links=self.links if links is None else links,
+                            bandwidth=bandwidth, predicted=predicted)
+        self.emit_config({**summary["row"], "stages": summary["stages"]})
+        return summary
+
+    @property
+    def batch(self) -> int:
+        """Items per inference (the manifest's ``model.batch``)."""
+        return int((self.config.get("model") or {}).get("batch") or 1)
+
+    def placements(self) -> list[tuple[Route, dict | None]]:
+        """The configurations to measure: the partitioner's plan when it makes one
+        (pipeline partitioners), else every split it allows, as the pair's route."""
+        plan = getattr(self.partitioner, "routes", None)
+        if plan is not None:
+            return [(Route(tuple(r["route"]), tuple(r["cuts"])), r.get("predicted"))
+                    for r in plan()]
+        allowed = self.partitioner.params.get("splits")
+        splits = self.partitioner.ctx.valid_splits
+        if isinstance(allowed, list):
+            splits = [k for k in splits if k in set(map(int, allowed))]
+        partner = self.channels[0][0]
+        return [(Route((self.instance, partner), (k,)), None) for k in splits]
+
+    def solo(self, device: str, count: int) -> dict:
+        """The whole model ``count`` times on one participant alone (the single-device
+        baseline): this head on its own inputs, or a partner on the input it is sent."""
+        from experiment_design.runtime.pipestats import throughput_per_s
+
+        if device == self.instance:
+            done = []
+            for i in range(count):
+                c = self.head.once(Route((self.instance,), ()), self.inputs[i % len(self.inputs)][0],
+                                   -1)
+                done.append(c)
+            ms = [c.e2e_ms for c in done if not c.error]
+            return {"instance": device, "throughput_per_s": throughput_per_s(done, "latency", 1),
+                    "latency_ms_p50": statistics.median(ms) if ms else None}
+        ch = self.downstream[device]
+        ch.send({"op": "solo", "count": int(count)}, {"x": self.inputs[0][0]})
+        header, _, _ = ch.recv()
+        if header.get("error"):
+            raise TracrError(f"{device}: {header['error']}")
+        return {"instance": device, "throughput_per_s": header["throughput_per_s"],
+                "latency_ms_p50": header["latency_ms_p50"]}
+
+    def rows_of(self, c: Completed, label: Any, item: str) -> tuple[InferenceRecord, list]:
+        """The ``inferences.csv`` row and the ``layers.csv`` rows of one inference.
+
+        With more than two stages, ``cloud_*``, ``decode_ms`` and ``encode_ms`` sum over
+        every stage after the head (``stages.csv`` has each one); ``transfer_ms`` is what
+        is left of the end-to-end time: the wire, and in throughput mode the queues.
+        """
+        sm = self.split_model
+        route = c.route
+        split = route.cuts[0] if route.cuts else sm.n
+        row = InferenceRecord(
+            inference=c.iid, item=item, label=label if not isinstance(label, list)
+            else ";".join(map(str, label)), split=split, layer=sm.points[split].layer,
+            weights=self.weights, partner=route.route[1] if route.k > 1 else "",
+            error=c.error or "",
+        )
+        if c.error:
+            return row, []
+        stages = c.stages()
+        head, rest = stages[0], stages[1:]
+        edge_ms = head["compute_ms"]
+        e2e_ms = c.e2e_ms
+        enc = float(head.get("encode_ms") or 0.0) + sum(
+            float(s.get("encode_ms") or 0.0) for s in rest[:-1])
+        dec = sum(float(s.get("decode_ms") or 0.0) for s in rest)
+        later = sum(float(s.get("compute_ms") or 0.0) for s in rest)
+        row.update(
+            edge_ms=edge_ms, encode_ms=enc, decode_ms=dec, cloud_ms=later,
+            edge_cpu_ms=head["cpu_ms"],
+            cloud_cpu_ms=sum(float(s.get("cpu_ms") or 0.0) for s in rest) if rest else None,
+            transfer_ms=e2e_ms - edge_ms - enc - dec - later, e2e_ms=e2e_ms,
+            bytes_raw=head.get("bytes_raw", 0), bytes_encoded=head.get("bytes_encoded", 0),
+            n_crossing=head.get("n_crossing", 0),
+        )
+        outs = c.outputs if c.outputs is not None else {}
+        if route.k > 1:
+            outs = [outs[k] for k in sorted(outs, key=lambda s: int(s[3:]))]
+        else:
+            from experiment_design.split import flatten_output
+
+            outs = flatten_output(outs)
+        if outs:
+            first = outs[0]
+            row["top1"] = int(first.reshape(first.shape[0], -1)[0].argmax()) \
+                if first.dim() > 0 and first.numel() else ""
+            row["output_sum"] = float(sum(float(o.double().sum()) for o in outs))
+        layer_rows = []
+        for s in stages:
+            hop = int(s.get("hop", 0))
+            side = "edge" if hop == 0 else "cloud" if hop == route.k - 1 else f"stage{hop}"
+            layer_rows += [_layer(c.iid, side, sm, int(i), float(ms))
+                           for i, ms in s.get("layers", [])]
+        return row, layer_rows
+
 
 
 def _layer(iid: int, side: str, sm: Any, index: int, ms: float) -> LayerRecord:

@@ -1,0 +1,228 @@
+"""Members of a chain of stages: data channels to the partners, and the serving stage.
+
+:class:`ChainMember` opens one authenticated data channel to each partner it is wired
+to (its possible next stages). :class:`StageRole` (role ``stage``) also accepts
+channels from the stages before it and serves them with a
+:class:`~experiment_design.runtime.chain.ChainServer`: it runs its layers of each
+inference and passes the result on, to the next stage or back as the reply. The cloud
+is the stage that is last in every route of the edge/cloud pair; the edge is the head.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from experiment_design.errors import TracrError
+from experiment_design.protocol import LIVENESS_TIMEOUT_S, DataAddress
+from experiment_design.roles.base import ParticipantService
+from experiment_design.roles.registry import register_role
+
+log = logging.getLogger(__name__)
+
+
+class ChainMember(ParticipantService):
+    """A participant with data channels to its downstream partners (by instance name)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.channels: list[tuple[str, Any]] = []
+        self.downstream: dict[str, Any] = {}
+
+    def on_connect_partners(self, partners: dict) -> dict:
+        """Open one authenticated data channel per partner, whatever its slot."""
+        from experiment_design.transport import connect
+
+        # no reply for the liveness timeout: the partner is lost (a receive never waits for
+        # ever; a partner profiling or computing sends nothing only between requests)
+        deadline = float((self.config.get("run") or {}).get("liveness_timeout_s")
+                         or LIVENESS_TIMEOUT_S)
+        for slot_peers in partners.values():
+            for peer in slot_peers:
+                if peer["instance"] in self.downstream:
+                    continue
+                ch = connect(peer["host"], int(peer["port"]), self.data_secret, self.codec)
+                ch.set_timeout(deadline, partner=peer["instance"])
+                self.channels.append((peer["instance"], ch))
+                self.downstream[peer["instance"]] = ch
+                log.info("connected to %s at %s:%s", peer["instance"], peer["host"],
+                         peer["port"])
+        return {"channels": [name for name, _ in self.channels]}
+
+    def probe_links(self) -> dict[str, dict]:
+        """Bandwidth and RTT to every downstream partner (the channel's own probe)."""
+        out = {}
+        for name, ch in self.channels:
+            res = ch.probe()
+            out[name] = {k: v for k, v in res.items() if k != "samples"}
+        return out
+
+    def prepare_segments(self, segments: list[list[int]]) -> dict:
+        """Build the timed code of each ``[a, b]`` range now, not inside a measurement."""
+        t0 = time.perf_counter()
+        built = self.split_model.prepare_ranges([tuple(s) for s in segments])
+        return {"segments": built, "ms": round((time.perf_counter() - t0) * 1e3, 1)}
+
+    def finish_partners(self) -> None:
+        """Tell every downstream partner this participant is done, then close the channels.
+        A channel whose replies a relay thread reads gets its goodbye through that thread."""
+        relays = getattr(getattr(self, "chain", None), "relays", {})
+        for name, ch in self.channels:
+            try:
+                ch.send({"op": "finish"}, {})
+                if name in relays:
+                    relays[name].join(timeout=5.0)
+                else:
+                    ch.recv()
+            except Exception as exc:  # partner already gone: nothing more to say
+                log.warning("could not say goodbye to %s: %s", name, exc)
+        self.close_channels()
+
+    def close_channels(self) -> None:
+        """Close every data channel to a partner."""
+        for _, ch in self.channels:
+            try:
+                ch.close()
+            except OSError:
+                pass
+        self.channels = []
+        self.downstream = {}
+
+    def close(self) -> None:
+        """Close the data channels too."""
+        super().close()
+        self.close_channels()
+
+
+@register_role("stage")
+class StageRole(ChainMember):
+    """A stage that serves the stages before it: runs its layers of each inference and
+    passes the result on (see :mod:`experiment_design.runtime.chain`).
+
+    The reply header of an inference carries every stage's own durations, each measured
+    on its own clock.
+    """
+
+    partners: dict[str, str] = {}
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.server: Any = None
+        self.chain: Any = None
+        self._open = 0
+        self._accepted: list[Any] = []
+
+    def on_setup(self, config: dict) -> dict:
+        """Model plus a listening DataServer (bind host from ``data_bind``)."""
+        info = super().on_setup(config)
+        from experiment_design.runtime.chain import ChainServer
+        from experiment_design.transport import DataServer
+
+        depth = int(((config.get("pipeline") or {}).get("queue")) or 2)
+        self.chain = ChainServer(self, depth=depth)
+        bind = config.get("data_bind") or "127.0.0.1"
+        self.server = DataServer(bind, int(config.get("data_port") or 0), self.data_secret,
+                                 self.codec)
+        threading.Thread(target=self._accept_loop, name="data-accept", daemon=True).start()
+        info["data_address"] = list(self.server.address)
+        return info
+
+    def data_address(self) -> DataAddress | None:
+        """Where partners connect: ``{"host", "port"}``."""
+        if self.server is None:
+            return None
+        host, port = self.server.address[:2]
+        return DataAddress(host=host, port=port)
+
+    def _accept_loop(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                ch = self.server.accept(timeout=None)
+            except Exception as exc:  # closed server, or a peer that failed auth
+                if self.stop_event.is_set():
+                    return
+                log.warning("data accept: %s", exc)
+                time.sleep(0.05)
+                continue
+            if ch is None:
+                continue
+            with self._lock:
+                self._open += 1
+                self._accepted.append(ch)
+            threading.Thread(target=self._serve, args=(ch,), name="data-serve", daemon=True).start()
+
+    def _serve(self, ch: Any) -> None:
+        from experiment_design.transport.errors import TransportError
+
+        try:
+            while not self.stop_event.is_set():
+                header, tensors, rstats = ch.recv()
+                op = header.get("op")
+                if op == "finish":
+                    ch.send({"op": "bye"}, {})
+                    break
+                if op == "echo":
+                    ch.send({"op": "echo"}, tensors)
+                    continue
+                if op == "solo":
+                    ch.send(self.solo(int(header.get("count") or 1), tensors), {})
+                    continue
+                if op != "infer":
+                    raise TracrError(f"unknown data op {op!r}")
+                self.chain.handle(ch, header, tensors, rstats)
+        except (OSError, EOFError, TransportError) as exc:
+            if not self.stop_event.is_set():
+                log.info("data channel closed: %s", exc)
+        finally:
+            ch.close()
+            with self._lock:
+                self._open -= 1
+                if ch in self._accepted:
+                    self._accepted.remove(ch)
+                last = self._open <= 0
+            if last:
+                if self.channels and not self.stop_event.is_set():
+                    self.finish_partners()  # nobody sends any more: pass the goodbye on
+                self.finish_event.set()
+
+    def solo(self, count: int, tensors: dict) -> dict:
+        """The single-device baseline: the whole model ``count`` times on the input sent,
+        back to back, on this participant alone."""
+        import statistics
+
+        import torch
+
+        try:
+            (x,) = tensors.values()
+            x = x.to(self.device)
+            times = []
+            with torch.inference_mode():
+                t_first = time.perf_counter_ns()
+                for _ in range(count):
+                    t0 = time.perf_counter_ns()
+                    self.split_model.run_full(x)
+                    times.append((time.perf_counter_ns() - t0) / 1e6)
+                span = (time.perf_counter_ns() - t_first) / 1e9
+            return {"op": "solo", "throughput_per_s": count / span,
+                    "latency_ms_p50": statistics.median(times)}
+        except Exception as exc:  # reported to the head
+            return {"op": "solo", "error": f"{type(exc).__name__}: {exc}"}
+
+    def close(self) -> None:
+        """Stop accepting, close the server socket and every channel."""
+        super().close()
+        if self.server is not None:
+            try:
+                self.server.close()
+            except OSError:
+                pass
+        for ch in list(self._accepted):
+            ch.close()
+
+
+def require_channels(member: ChainMember) -> None:
+    """A head with nobody to send to cannot run."""
+    if not member.channels:
+        raise TracrError(f"{member.instance}: no downstream partner to send to")
