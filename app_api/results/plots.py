@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import math
+from collections.abc import Sequence
 from pathlib import Path
+
+from app_api.fsutil import atomic_write
+from app_api.results.pareto import DEFAULT_OBJECTIVES, OBJECTIVES, ParetoGroup, pareto_front
+from app_api.results.store import read_configs
 
 
 def draw(summary: dict, run_dir: Path) -> list[Path]:
@@ -63,3 +70,117 @@ def draw(summary: dict, run_dir: Path) -> list[Path]:
     plt.close(fig)
     paths.append(p)
     return paths
+
+
+#: marker per mode, so the two runs of the same cuts are told apart without reading labels
+_MODE_MARKERS = {"throughput": "o", "latency": "s", "single": "^"}
+_FRONT_COLOUR = "#c44e52"
+
+
+def draw_pareto(groups: list[ParetoGroup], objectives: Sequence[str],
+                run_dir: Path) -> Path | None:
+    """``plots/pareto.png``: median latency (x) against throughput (y), one subplot per
+    ``(bandwidth, batch)`` group; every point grey, the front in colour, joined in order of
+    latency and labelled ``cuts mode``; with ``bytes`` among the objectives, a marker's area
+    grows with its bytes per inference. None (nothing drawn) when no point has both axes.
+
+    Written atomically: a reader never sees half a PNG.
+    """
+    x_col, y_col = OBJECTIVES["latency"][0], OBJECTIVES["throughput"][0]
+
+    def plottable(rows: list[dict]) -> list[dict]:
+        return [r for r in rows if all(r.get(c) is not None and math.isfinite(r[c])
+                                       for c in (x_col, y_col))]
+
+    shown = [g for g in groups if plottable(g.points)]
+    if not shown:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = _SizeScale([r.get(OBJECTIVES["bytes"][0]) for g in shown for r in g.points]
+                      if "bytes" in objectives else [])
+    ncols = min(3, len(shown))
+    nrows = -(-len(shown) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 5.4 * nrows), squeeze=False)
+    for ax in axes.flat[len(shown):]:
+        ax.set_visible(False)
+    for ax, group in zip(axes.flat, shown, strict=False):
+        rows = plottable(group.points)
+        front_ids = {id(r) for r in group.front}
+        modes = sorted({str(r.get("mode")) for r in rows})
+        for mode in modes:
+            pts = [r for r in rows if str(r.get("mode")) == mode]
+            ax.scatter([r[x_col] for r in pts], [r[y_col] for r in pts],
+                       s=[size(r) for r in pts], marker=_MODE_MARKERS.get(mode, "D"),
+                       color="#b0b0b0", edgecolors="#808080", linewidths=0.5, label=f"{mode} mode")
+        front = sorted((r for r in rows if id(r) in front_ids), key=lambda r: r[x_col])
+        ax.plot([r[x_col] for r in front], [r[y_col] for r in front], color=_FRONT_COLOUR,
+                linewidth=1.2, zorder=2, label=f"Pareto front ({', '.join(objectives)})")
+        for r in front:
+            ax.scatter([r[x_col]], [r[y_col]], s=[size(r)], zorder=3, color=_FRONT_COLOUR,
+                       marker=_MODE_MARKERS.get(str(r.get("mode")), "D"), edgecolors="black",
+                       linewidths=0.6)
+            ax.annotate(f"{r.get('config')} {r.get('mode')}", (r[x_col], r[y_col]),
+                        xytext=(4, 4), textcoords="offset points", fontsize=7)
+        for b in size.keys:
+            ax.scatter([], [], s=size({OBJECTIVES["bytes"][0]: b}), color="white",
+                       edgecolors="#606060", label=f"{_bytes_text(b)} per inference")
+        excluded = f", {len(group.excluded)} excluded" if group.excluded else ""
+        ax.set_title(f"{group.label}: {len(front)} of {len(rows)} on the front{excluded}",
+                     fontsize=9)
+        ax.set_xlabel("latency p50 (ms)")
+        ax.set_ylabel("throughput (inferences/s)")
+        ax.grid(True, alpha=0.3)
+        # under the axes: inside, it would hide points
+        legend = ax.legend(fontsize=7, title="marker area = bytes" if size.keys else None,
+                           title_fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                           ncol=2, frameon=False)
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
+            if text.get_text().endswith(" mode"):  # a mode's marker, not a size key
+                handle.set_sizes([_SizeScale.FIXED])
+    fig.suptitle(f"{Path(run_dir).name}: Pareto front over {', '.join(objectives)}", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write(Path(run_dir) / "plots" / "pareto.png", buf.getvalue())
+
+
+def draw_pareto_of_run(run_dir: Path, objectives: Sequence[str] = DEFAULT_OBJECTIVES
+                       ) -> Path | None:
+    """Read ``configs.csv`` of ``run_dir`` and draw ``plots/pareto.png`` from it."""
+    return draw_pareto(pareto_front(read_configs(run_dir), objectives), objectives, run_dir)
+
+
+class _SizeScale:
+    """Marker area from bytes per inference, one scale for the whole figure; ``keys`` are the
+    byte counts shown in the legend (none when bytes is not an objective)."""
+
+    SMALL, LARGE, FIXED = 18.0, 260.0, 42.0
+
+    def __init__(self, values: list[float | None]) -> None:
+        vals = [v for v in values if v is not None]
+        self.lo, self.hi = (min(vals), max(vals)) if vals else (0.0, 0.0)
+        self.keys = sorted({self.lo, self.hi}) if vals else []
+
+    def __call__(self, row: dict) -> float:
+        b = row.get(OBJECTIVES["bytes"][0])
+        if not self.keys or b is None:
+            return self.FIXED
+        if self.hi == self.lo:
+            return (self.SMALL + self.LARGE) / 2
+        return self.SMALL + (self.LARGE - self.SMALL) * (b - self.lo) / (self.hi - self.lo)
+
+
+def _bytes_text(n: float) -> str:
+    """``512 B``, ``1.5 KB`` (1024-based, as ``tracr results show`` prints bytes)."""
+    if abs(n) < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB"):
+        n /= 1024
+        if abs(n) < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} GB"

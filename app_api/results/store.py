@@ -17,6 +17,7 @@ import io
 import json
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from app_api.fsutil import atomic_write, user_owned
 from experiment_design.errors import TracrError
 from experiment_design.protocol import INFER_COLUMNS, LAYER_COLUMNS
 
-__all__ = ["INFER_COLUMNS", "LAYER_COLUMNS", "ResultsWriteError", "RunWriter", "claim_run_dir",
-           "complete_rows", "find_run", "list_runs", "load_summary", "new_run_id",
-           "prepare_resume", "read_csv", "results_root", "safe_cell"]
+__all__ = ["CONFIGS_FILE", "CONFIG_COLUMNS", "CONFIG_MODES", "INFER_COLUMNS", "LAYER_COLUMNS",
+           "ResultsWriteError", "RunWriter", "claim_run_dir", "complete_rows", "config_label",
+           "find_run", "list_runs", "load_summary", "new_run_id", "prepare_resume", "read_configs",
+           "read_csv", "results_root", "safe_cell"]
 
 
 def results_root() -> Path:
@@ -46,8 +48,33 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 #: errnos that mean "no room": the run stops and says so, without a traceback
 _NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 RESUME_FILE = "resume.json"
+CONFIGS_FILE = "configs.csv"
 #: files whose presence makes a directory a run directory (never written over)
-RUN_FILES = ("summary.json", "inferences.csv", "layers.csv", "manifest.yaml", "group.json")
+RUN_FILES = ("summary.json", "inferences.csv", "layers.csv", "manifest.yaml", "group.json",
+             CONFIGS_FILE)
+
+#: configs.csv, one row per measured configuration of a pipeline sweep (a chain of stages cut
+#: at ``cuts``, run in one mode at one bandwidth). ``inferences`` counts the inferences
+#: attempted, failed ones (``errors``) included; timings and rates are over the successful
+#: ones; ``bytes_per_inference`` is the encoded bytes crossing every link of the chain for one
+#: inference; ``bound_per_s`` is the throughput the slowest stage allows; the ``predicted_``
+#: columns are empty when nothing predicted the configuration.
+CONFIG_COLUMNS = [
+    "config", "cuts", "chain", "mode", "bandwidth", "batch", "in_flight", "inferences", "items",
+    "errors", "throughput_per_s", "items_per_s", "latency_ms_p50", "latency_ms_p95",
+    "latency_ms_mean", "bound_per_s", "bytes_per_inference", "predicted_throughput_per_s",
+    "predicted_latency_ms",
+]
+#: throughput: several inferences in flight; latency: one at a time; single: one participant,
+#: no cut (the baseline a chain is compared with)
+CONFIG_MODES = ("throughput", "latency", "single")
+_CONFIG_INTS = frozenset({"batch", "in_flight", "inferences", "items", "errors"})
+_CONFIG_FLOATS = frozenset({
+    "throughput_per_s", "items_per_s", "latency_ms_p50", "latency_ms_p95", "latency_ms_mean",
+    "bound_per_s", "bytes_per_inference", "predicted_throughput_per_s", "predicted_latency_ms",
+})
+#: the label of a configuration with no cut (the whole model on one participant)
+UNSPLIT = "unsplit"
 
 
 class ResultsWriteError(TracrError):
@@ -207,6 +234,9 @@ class RunWriter:
         if self.failure is not None:
             raise self.failure
         try:
+            if name == CONFIGS_FILE and name not in self._streams:
+                # only a pipeline sweep has one: its presence is what `tracr results pareto` reads
+                self._streams[name] = _CsvStream(self.dir / name, CONFIG_COLUMNS, fresh=True)
             self._streams[name].append(rows)
         except ResultsWriteError as exc:
             self.failure = exc
@@ -238,6 +268,14 @@ class RunWriter:
         self._append("layers.csv", self._renumber(rows))
         self.n_layers += len(rows)
 
+    def add_configs(self, rows: list[dict]) -> None:
+        """Append configuration rows to ``configs.csv`` (created with the first one), each
+        on disk before this returns. ``cuts`` and ``chain`` may be sequences (joined with
+        ``;``); ``config`` is derived from ``cuts``. A key that is not a column, or an unknown
+        mode, is a ValueError: a typo must not leave a column silently empty."""
+        if rows:
+            self._append(CONFIGS_FILE, [_config_cells(r) for r in rows])
+
     def write_json(self, name: str, data: Any) -> Path:
         """Write ``name`` as indented JSON, atomically (ResultsWriteError if it cannot)."""
         return self.write_text(name, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
@@ -254,6 +292,82 @@ class RunWriter:
         """Close the CSV files (their rows are on disk already)."""
         for s in self._streams.values():
             s.close()
+
+
+def config_label(cuts: Sequence[int]) -> str:
+    """A configuration's name: its cut points joined by ``/`` (``8/40``); ``unsplit`` for none."""
+    return "/".join(str(int(c)) for c in cuts) or UNSPLIT
+
+
+def _config_cells(row: dict) -> dict:
+    """A configs.csv row as written: lists joined, ``config`` derived and checked."""
+    unknown = sorted(set(row) - set(CONFIG_COLUMNS))
+    if unknown:
+        raise ValueError(f"not configs.csv columns: {', '.join(unknown)}")
+    if row.get("mode") not in CONFIG_MODES:
+        raise ValueError(f"mode must be one of {', '.join(CONFIG_MODES)}, "
+                         f"not {row.get('mode')!r}")
+    out = dict(row)
+    cuts = row.get("cuts") or []
+    if isinstance(cuts, str):
+        cuts = [c for c in cuts.split(";") if c]
+    cuts = [int(c) for c in cuts]
+    out["cuts"] = ";".join(map(str, cuts))
+    chain = row.get("chain") or []
+    out["chain"] = chain if isinstance(chain, str) else ";".join(map(str, chain))
+    label = config_label(cuts)
+    if row.get("config") not in (None, label):
+        raise ValueError(f"config {row['config']!r} is not the label of cuts {cuts}: {label!r}")
+    out["config"] = label
+    return out
+
+
+def read_configs(path: str | os.PathLike) -> list[dict]:
+    """The rows of ``configs.csv`` (a run directory or the file), typed: ``cuts`` a list of
+    ints, ``chain`` a list of names, counts ints, measurements floats, an empty cell None
+    (an unshaped ``bandwidth`` too); text as written (formula-escaped). A last row cut off
+    by a crash is left out; a cell that is not the number its column holds is a TracrError
+    naming the line; no configs.csv is a FileNotFoundError."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIGS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, "no configs.csv", str(path))
+    out = []
+    for line, raw in enumerate(complete_rows(path), start=2):
+        row: dict[str, Any] = {}
+        for col, text in raw.items():
+            if col is None:  # more cells than the header names
+                raise TracrError(f"{path}:{line}: more cells than columns")
+            row[col] = _typed_cell(col, text, path, line)
+        for col in CONFIG_COLUMNS:
+            row.setdefault(col, [] if col in ("cuts", "chain") else None)
+        out.append(row)
+    return out
+
+
+def _typed_cell(col: str, text: str | None, path: Path, line: int) -> Any:
+    if col in ("cuts", "chain"):
+        parts = [p for p in (text or "").split(";") if p]
+        if col == "chain":
+            return parts
+        try:
+            return [int(p) for p in parts]
+        except ValueError:
+            raise TracrError(f"{path}:{line}: cuts {text!r} are not integers") from None
+    if text is None or text == "":
+        return None
+    if col not in _CONFIG_INTS and col not in _CONFIG_FLOATS:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise TracrError(f"{path}:{line}: {col} {text!r} is not a number") from None
+    if col in _CONFIG_INTS:
+        if not value.is_integer():
+            raise TracrError(f"{path}:{line}: {col} {text!r} is not a whole number")
+        return int(value)
+    return value
 
 
 def _num_or(v: Any, default: float) -> float:

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app_api.results import ResultsWriteError, build_summary
+from app_api.results import CONFIGS_FILE, ResultsWriteError, build_summary
 from app_api.runner.evaluate import evaluate_run, measurement_noise
 from app_api.runner.state import RunState
 from app_api.units import parse_rate
@@ -83,15 +83,29 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         summary["partitioners"] = score_partitioners(state, summary, w.dir)
         summary["measurement_noise"] = measurement_noise(w.rows)
     if write_summary(w, summary):
-        try:
-            # matplotlib: imported only once there is something to draw
-            from app_api.results.plots import draw
-
-            draw(summary, w.dir)
-        except Exception as exc:  # a plot must never lose a run
-            log.warning("plots not drawn: %s", exc)
+        draw_plots(summary, w.dir)
     return RunResult(run_dir=w.dir, summary=summary, ok=ok and summary["status"] == "ok",
                      errors=list(state.errors))
+
+
+def draw_plots(summary: dict, run_dir: Path) -> None:
+    """The run's plots: per split point from the summary, and ``pareto.png`` when the run
+    measured pipeline configurations (``configs.csv``). A plot that fails is logged, never
+    raised: a plot must never lose a run."""
+    try:
+        # matplotlib: imported only once there is something to draw
+        from app_api.results.plots import draw
+
+        draw(summary, run_dir)
+    except Exception as exc:
+        log.warning("plots not drawn: %s", exc)
+    if (Path(run_dir) / CONFIGS_FILE).exists():
+        try:
+            from app_api.results.plots import draw_pareto_of_run
+
+            draw_pareto_of_run(Path(run_dir))
+        except Exception as exc:
+            log.warning("pareto plot not drawn: %s", exc)
 
 
 def write_summary(writer, summary: dict) -> bool:
