@@ -232,6 +232,7 @@ class SetupConfig(Message):
     data_port: int | None = None
     settings: dict | None = None
     device: str | None = None
+    pipeline: dict | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -351,6 +352,9 @@ class Measurements(Message):
     cloud_profile: dict | None = None
     network: dict | None = None
     measured: dict | None = None
+    #: chains: each member's start-up profile, and every probed link by "from>to"
+    profiles: dict | None = None
+    links: dict | None = None
 
 
 @dataclass

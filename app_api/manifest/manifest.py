@@ -71,6 +71,10 @@ class Manifest:
         doc="{bandwidth, bandwidths, delay_ms, jitter_ms, loss_pct} (lab link shaping)",
     )
     evaluate = property(lambda self: self._section("evaluate"), doc="{partitioners: [names]}")
+    pipeline = property(
+        lambda self: self._section("pipeline"),
+        doc="{chain, modes, count, in_flight, queue, baselines} (chains of stages)",
+    )
 
     def instance(self, name: str) -> dict:
         """``{name, type, device}`` of instance ``name``."""
@@ -192,6 +196,17 @@ def _check_names(d: dict, loc: _Locator) -> None:
                 raise loc.error(
                     ("playbook", inst_name, j, "task"), _unknown("task", step["task"], tasks)
                 )
+
+    chain = (d.get("pipeline") or {}).get("chain")
+    if chain is not None:
+        if len(chain) < 2:
+            raise loc.error(("pipeline", "chain"), "a chain needs at least two participants")
+        for j, inst_name in enumerate(chain):
+            if inst_name not in seen:
+                raise loc.error(("pipeline", "chain", j),
+                                _unknown("participant instance", inst_name, seen))
+            if chain.index(inst_name) != j:
+                raise loc.error(("pipeline", "chain", j), f"'{inst_name}' is in the chain twice")
 
     parts = names.partitioners()
     if d["partitioner"]["name"] not in parts:

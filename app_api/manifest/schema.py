@@ -209,6 +209,28 @@ SCHEMA = Field(
                 "loss_pct": Field("number", default=None, nullable=True, min=0, max=100),
             },
         ),
+        "pipeline": Field(
+            "map",
+            default={"chain": None, "modes": ["throughput", "latency"], "count": 32,
+                     "in_flight": 4, "queue": 2, "baselines": True},
+            doc="a chain of k >= 2 stages (the infer-pipeline task)",
+            keys={
+                "chain": Field("list", default=None, nullable=True, items=Field("str"),
+                               doc="participant instances in stage order; the first holds "
+                                   "the inputs (null: the edge and its clouds)"),
+                "modes": Field("list", default=["throughput", "latency"],
+                               items=Field("str", choices=("throughput", "latency")),
+                               doc="throughput: up to in_flight at once; latency: one at a time"),
+                "count": Field("int", default=32, min=1,
+                               doc="inferences per configuration and mode"),
+                "in_flight": Field("int", default=4, min=1,
+                                   doc="inferences in the chain at once (throughput mode)"),
+                "queue": Field("int", default=2, min=1,
+                               doc="each stage's queue between receiving, computing, sending"),
+                "baselines": Field("bool", default=True,
+                                   doc="also run the whole model on each participant alone"),
+            },
+        ),
         "evaluate": Field(
             "map",
             default={"partitioners": []},

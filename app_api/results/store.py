@@ -65,6 +65,16 @@ CONFIG_COLUMNS = [
     "latency_ms_mean", "bound_per_s", "bytes_per_inference", "predicted_throughput_per_s",
     "predicted_latency_ms",
 ]
+#: stages.csv, one row per stage of each inference of a chain: the stage's layers (first..last),
+#: how many inferences waited in its queue when this one arrived, its durations, the bytes it
+#: sent on (and of those, forwarded unchanged: long skip connections), and its times in ms on
+#: its own clock (``t_*``; one clock for every host of the lab)
+STAGE_COLUMNS = [
+    "inference", "config", "mode", "hop", "instance", "first", "last", "queue", "decode_ms",
+    "compute_ms", "cpu_ms", "encode_ms", "send_ms", "bytes_out", "forwarded_bytes",
+    "t_arrive_ms", "t_start_ms", "t_end_ms", "t_sent_ms", "error",
+]
+STAGES_FILE = "stages.csv"
 #: throughput: several inferences in flight; latency: one at a time; single: one participant,
 #: no cut (the baseline a chain is compared with)
 CONFIG_MODES = ("throughput", "latency", "single")
@@ -234,9 +244,10 @@ class RunWriter:
         if self.failure is not None:
             raise self.failure
         try:
-            if name == CONFIGS_FILE and name not in self._streams:
-                # only a pipeline sweep has one: its presence is what `tracr results pareto` reads
-                self._streams[name] = _CsvStream(self.dir / name, CONFIG_COLUMNS, fresh=True)
+            if name in (CONFIGS_FILE, STAGES_FILE) and name not in self._streams:
+                # only a pipeline sweep has them: configs.csv is what `tracr results pareto` reads
+                cols = CONFIG_COLUMNS if name == CONFIGS_FILE else STAGE_COLUMNS
+                self._streams[name] = _CsvStream(self.dir / name, cols, fresh=True)
             self._streams[name].append(rows)
         except ResultsWriteError as exc:
             self.failure = exc
@@ -275,6 +286,11 @@ class RunWriter:
         mode, is a ValueError: a typo must not leave a column silently empty."""
         if rows:
             self._append(CONFIGS_FILE, [_config_cells(r) for r in rows])
+
+    def add_stages(self, rows: list[dict]) -> None:
+        """Append per-stage rows of chain inferences to ``stages.csv`` (created with the first)."""
+        if rows:
+            self._append(STAGES_FILE, self._renumber(rows))
 
     def write_json(self, name: str, data: Any) -> Path:
         """Write ``name`` as indented JSON, atomically (ResultsWriteError if it cannot)."""

@@ -87,6 +87,7 @@ def participant_config(state: RunState, spec: ParticipantSpec, data_secret: str)
         threads=spec.threads,
         data_bind=settings.get("data_bind") or default_bind(state, spec),
         settings=settings,
+        pipeline=m.pipeline,
     )
 
 

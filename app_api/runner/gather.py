@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app_api.results import CONFIGS_FILE, ResultsWriteError, build_summary
 from app_api.runner.evaluate import evaluate_run, measurement_noise
+from app_api.runner.pipeline import pipeline_summary
 from app_api.runner.state import RunState
 from app_api.units import parse_rate
 
@@ -59,6 +60,7 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
     reason = incomplete_reason(state, interrupted)
     ok = not state.errors and not failed_rows and not interrupted and reason is None
     t = state.times
+    state.extra.update(pipeline_summary(state.configs))
     summary = build_summary(
         w.rows,
         experiment=state.manifest.name,

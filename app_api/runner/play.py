@@ -138,6 +138,13 @@ class Playbook:
             r["instance"] = inst
         self.state.writer.add_inferences(st.records)
         self.state.writer.add_layers(st.layers)
+        for r in st.stages:
+            r["instance"] = r.get("instance") or inst
+        self.state.writer.add_stages(st.stages)
+        if st.configs:
+            self.state.configs.extend(st.configs)
+            self.state.writer.add_configs([{k: v for k, v in c.items() if k != "stages"}
+                                           for c in st.configs])
         for rec in st.logs:
             self.state.view.log(inst, host, rec)
 

@@ -62,6 +62,8 @@ class RunState:
     extra: dict[str, Any] = field(default_factory=dict)
     pairs: list[tuple[str, str]] = field(default_factory=list)
     partitioners: dict[str, dict | None] = field(default_factory=dict)
+    #: measured configurations of a chain (``configs.csv`` rows with their ``stages``)
+    configs: list[dict] = field(default_factory=list)
     #: start-up measurements to score the manifest's ``evaluate.partitioners`` with
     eval_ctx: dict | None = None
     phase: str = "init"

@@ -7,11 +7,18 @@ from app_api.runner.state import RunState
 from experiment_design.errors import TracrError
 from experiment_design.protocol import PartnerAddress, Wiring
 from experiment_design.roles import get_role, role_is
+from experiment_design.roles.stage import ChainMember
 
 
 def wire(state: RunState) -> None:
-    """Hand every participant the data addresses of its partners (never by instance name)."""
+    """Hand every participant the data addresses of its partners: along the manifest's
+    ``pipeline.chain`` when it has one, else by role (never by instance name)."""
+    chain = list((state.manifest.pipeline or {}).get("chain") or [])
+    if chain:
+        wire_chain(state, chain)
     for inst, role in state.roles.items():
+        if inst in chain:
+            continue
         cls = get_role(role)
         wiring = Wiring()
         for slot, want in cls.partners.items():
@@ -40,3 +47,23 @@ def partner_address(state: RunState, inst: str, peer: str) -> PartnerAddress:
     if host in ("0.0.0.0", "::") or (far and host in ("127.0.0.1", "::1")):
         host = state.handles[peer].data_host or "127.0.0.1"
     return PartnerAddress(instance=peer, host=host, port=addr.port)
+
+
+def wire_chain(state: RunState, chain: list[str]) -> None:
+    """Every member of the chain gets a channel to every other member but the first (which
+    holds the inputs and only sends): a route may then visit the members in any order
+    (a placement may leave one out) without new connections inside a measurement."""
+    for inst in chain:
+        if not issubclass(get_role(state.roles[inst]), ChainMember):
+            raise TracrError(f"{inst} (role {state.roles[inst]}) cannot be a stage of a chain",
+                             hint="chain members are edge, stage or cloud roles "
+                                  "(or their subclasses)")
+    for inst in chain:
+        peers = [p for p in chain[1:] if p != inst]
+        if not peers:
+            continue
+        wiring = Wiring()
+        wiring.partners["chain"] = [partner_address(state, inst, p) for p in peers]
+        state.pairs.extend((inst, p) for p in peers)
+        check_plans(state.infos, state.pairs)
+        state.client(inst).connect_partners(wiring)

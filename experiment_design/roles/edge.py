@@ -67,6 +67,7 @@ class EdgeRole(ChainMember):
 
     def prepare_partitioner(self, measured: Measurements) -> PartitionerPlan:
         """Set up the partitioner with the model facts plus the observer's measurements."""
+        self.links = dict(measured.links or {})
         ctx = PartitionContext.from_dict(partition_context(self.setup_info, measured))
         self.partitioner.setup(ctx)
         return PartitionerPlan(sweep_length=self.partitioner.sweep_length(),
@@ -153,6 +154,8 @@ class EdgeRole(ChainMember):
             done.append(c)
             self.progress(done=self.progress_base + len(done))
 
+        for i in range(2):  # unrecorded: every stage builds and warms its code for this range
+            self.head.once(route, inputs[i % len(inputs)][0], -1)
         if mode == "throughput":
             self.head.pipelined(route, inputs, count, in_flight, first, record)
         else:

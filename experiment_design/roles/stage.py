@@ -19,6 +19,7 @@ from experiment_design.errors import TracrError
 from experiment_design.protocol import LIVENESS_TIMEOUT_S, DataAddress
 from experiment_design.roles.base import ParticipantService
 from experiment_design.roles.registry import register_role
+from experiment_design.runtime.control import control
 
 log = logging.getLogger(__name__)
 
@@ -51,19 +52,18 @@ class ChainMember(ParticipantService):
                          peer["port"])
         return {"channels": [name for name, _ in self.channels]}
 
+    @control()
+    def exposed_probe_links(self) -> dict:
+        """Bandwidth and RTT to every downstream partner, by ``"this>partner"``."""
+        return self.probe_links()
+
     def probe_links(self) -> dict[str, dict]:
-        """Bandwidth and RTT to every downstream partner (the channel's own probe)."""
+        """Bandwidth and RTT to every downstream partner (each channel's own probe)."""
         out = {}
         for name, ch in self.channels:
             res = ch.probe()
-            out[name] = {k: v for k, v in res.items() if k != "samples"}
+            out[f"{self.instance}>{name}"] = {k: v for k, v in res.items() if k != "samples"}
         return out
-
-    def prepare_segments(self, segments: list[list[int]]) -> dict:
-        """Build the timed code of each ``[a, b]`` range now, not inside a measurement."""
-        t0 = time.perf_counter()
-        built = self.split_model.prepare_ranges([tuple(s) for s in segments])
-        return {"segments": built, "ms": round((time.perf_counter() - t0) * 1e3, 1)}
 
     def finish_partners(self) -> None:
         """Tell every downstream partner this participant is done, then close the channels.
