@@ -1,0 +1,236 @@
+"""``pipeline-dp`` and ``exhaustive``: the pipeline planners behind the partitioner registry.
+
+A pipeline runner (k >= 2 devices) calls :meth:`PipelineDP.plan` /
+:meth:`Exhaustive.plan` with a :class:`~experiment_design.partitioners.pipeline.PipelineContext`
+(or its JSON form) and gets placements back. Today's edge/cloud runner keeps
+calling ``setup(PartitionContext)`` and ``next_split()``: both partitioners
+read that context as a two-device pipeline (``edge`` is the source, ``cloud`` the
+other device, the probed link both ways), so they work there unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from experiment_design.errors import TracrError
+from experiment_design.partitioners import regression
+from experiment_design.partitioners.base import (
+    PartitionContext,
+    Partitioner,
+    register_partitioner,
+)
+from experiment_design.partitioners.cyclic import CyclicPartitioner
+from experiment_design.partitioners.pipeline import (
+    DeviceFacts,
+    LinkFacts,
+    ModelFacts,
+    PipelineContext,
+    Placement,
+    Stage,
+    best_of,
+    check_objective,
+    enumerate_placements,
+    fits_memory,
+    full_mesh,
+    plan_pipeline,
+    predict,
+)
+from experiment_design.partitioners.predicted import calibration, layer_ms_of, link
+
+
+def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Mapping],
+                        memory_bytes: int | None = None, calibrate: bool = True) -> DeviceFacts:
+    """A device's facts from a participant's start-up profile.
+
+    The layer times are scaled so they sum to the measured full pass when the profile
+    has one (``predicted.calibration``); a layer the profile did not time gets the
+    per-class regression of the timed ones, as in ``predicted-argmin``. The memory is
+    ``memory_bytes``, else the profile's own ``memory_bytes``, else unlimited.
+    """
+    ms = layer_ms_of(profile, len(layers)) if profile else None
+    if ms is None or len(ms) != len(layers):
+        raise TracrError(f"No per-layer profile of {len(layers)} layers for device {name}.",
+                         hint="The runner profiles each participant at start-up; check its log.")
+    ms = [None if v is None or not math.isfinite(float(v)) else float(v) for v in ms]
+    if all(v is None for v in ms):
+        raise TracrError(f"The profile of device {name} times no layer.")
+    if calibrate:
+        f = calibration(profile, ms)
+        ms = [None if v is None else v * f for v in ms]
+    if any(v is None for v in ms):
+        models = regression.fit_feature_models(layers, ms)
+        ms = [v if v is not None else regression.predict_features(models, row)
+              for v, row in zip(ms, layers, strict=True)]
+    mem = memory_bytes if memory_bytes is not None else profile.get("memory_bytes")
+    return DeviceFacts(name, tuple(ms), mem)
+
+
+def from_partition_context(ctx: PartitionContext,
+                           params: Mapping[str, Any] | None = None) -> PipelineContext:
+    """The k = 2 view of today's edge/cloud run: devices ``edge`` (the source) and
+    ``cloud`` from the two profiles, the probed link both ways (``bandwidth_Bps`` /
+    ``rtt_ms`` in ``params`` override it, as for ``predicted-argmin``), and the cuts
+    outside ``ctx.valid_splits`` marked invalid."""
+    params = params or {}
+    model = ModelFacts.from_rows(ctx.layers, ctx.points)
+    allowed = set(ctx.valid_splits)
+    model = replace(model, valid=tuple(v and k in allowed for k, v in enumerate(model.valid)))
+    devices = {side: device_from_profile(side, getattr(ctx, f"{side}_profile"), ctx.layers,
+                                         calibrate=bool(params.get("calibrate", True)))
+               for side in ("edge", "cloud")}
+    bw, rtt, _ = link(ctx, params)
+    return PipelineContext(model, devices, full_mesh(devices, LinkFacts(bw, rtt)), "edge")
+
+
+def as_pipeline_context(ctx_like: PipelineContext | PartitionContext | Mapping,
+                        params: Mapping[str, Any] | None = None) -> PipelineContext:
+    """A :class:`PipelineContext` from itself, its JSON form, or (k = 2) a
+    ``PartitionContext``; ``params["batch"]``, when set, is the model's batch."""
+    if isinstance(ctx_like, PipelineContext):
+        pctx = ctx_like
+    elif isinstance(ctx_like, PartitionContext):
+        pctx = from_partition_context(ctx_like, params)
+    else:
+        pctx = PipelineContext.from_dict(ctx_like)
+    batch = (params or {}).get("batch")
+    if batch is not None:
+        pctx = replace(pctx, model=replace(pctx.model, batch=int(batch)))
+    return pctx
+
+
+def two_device_table(pctx: PipelineContext, objective: str) -> dict[int, Placement]:
+    """k = 2: the placement at each valid split k of source -> the other device (k = 0:
+    forward the input; k = n: the source alone); splits that do not fit are left out."""
+    other = [d for d in pctx.devices if d != pctx.source]
+    if len(other) != 1:
+        raise TracrError(f"A two-device table needs exactly two devices, got {list(pctx.devices)}.")
+    n, out = pctx.model.n, {}
+    for k in range(n + 1):
+        if not pctx.model.valid[k]:
+            continue
+        stages = ([Stage(pctx.source, 1, n)] if k == n
+                  else [Stage(pctx.source, 1, k), Stage(other[0], k + 1, n)])
+        if fits_memory(pctx.model, stages, pctx.devices):
+            out[k] = predict(pctx.model, stages, pctx.devices, pctx.links, pctx.source, objective)
+    return out
+
+
+@register_partitioner("pipeline-dp")
+class PipelineDP(Partitioner):
+    """The DP placement (:func:`~experiment_design.partitioners.pipeline.plan_pipeline`).
+
+    Params: ``objective`` (``throughput``, default, or ``latency``); ``max_stages``;
+    ``chain``: the device instance names that may take part (the DP picks which and in
+    what order; default all; the source must be among them); ``batch``: samples per
+    pass (it scales the reported samples/s only). From a ``PartitionContext`` also
+    ``bandwidth_Bps`` / ``rtt_ms`` (a what-if link) and ``calibrate`` (default true),
+    as for ``predicted-argmin``.
+
+    A pipeline runner calls :meth:`plan` and gets one placement. Today's edge/cloud
+    runner calls :meth:`setup`; ``next_split()`` is then the best of the k = 2
+    placements at the context's valid splits (0 = send the input, n = the edge alone),
+    ties going to not splitting: what :meth:`plan` picks for those two devices. Note
+    that runner measures one inference at a time, so ``objective: latency`` is the one
+    its sweep can score.
+    """
+
+    needs = frozenset({"edge_profile", "cloud_profile", "network"})
+
+    def __init__(self, objective: str = "throughput", max_stages: int | None = None,
+                 chain: Sequence[str] | None = None, batch: int | None = None,
+                 **params: Any) -> None:
+        super().__init__(objective=objective, max_stages=max_stages, chain=chain, batch=batch,
+                         **params)
+        self.objective = check_objective(objective)
+        self.max_stages = max_stages
+        self.chain = list(chain) if chain is not None else None
+        self.k: int | None = None
+        self._decision: dict = {}
+
+    def plan(self, ctx_like: PipelineContext | PartitionContext | Mapping) -> list[Placement]:
+        """``[the DP's placement]`` for the context (also kept for :meth:`decision`)."""
+        pctx = as_pipeline_context(ctx_like, self.params)
+        names = list(pctx.devices) if self.chain is None else self.chain
+        unknown = [c for c in names if c not in pctx.devices]
+        if unknown:
+            raise TracrError(f"pipeline-dp: unknown device(s) {unknown} in the chain.",
+                             hint=f"Known devices: {sorted(pctx.devices)}.")
+        placement = plan_pipeline(pctx.model, [pctx.devices[c] for c in names], pctx.links,
+                                  pctx.source, self.objective, self.max_stages)
+        self._decision = {"name": self.name, "params": self.params,
+                          "placement": placement.to_dict(), "reason": placement.reason}
+        return [placement]
+
+    def setup(self, ctx: PartitionContext) -> None:
+        """k = 2: predict every valid split of edge -> cloud and keep the best."""
+        super().setup(ctx)
+        pctx = as_pipeline_context(ctx, self.params)
+        table = two_device_table(pctx, self.objective)
+        n = pctx.model.n
+        # the single-device splits first, so a tie goes to not splitting (as in plan_pipeline)
+        order = sorted(table, key=lambda k: (0 < k < n, k != n, k))
+        best = best_of((table[k] for k in order), self.objective)
+        if best is None:
+            raise TracrError("pipeline-dp: no split fits the devices' memory.")
+        self.k = next(k for k in order if table[k] is best)
+        self._decision = {
+            "name": self.name,
+            "chosen": self.k,
+            "criterion": f"best predicted {self.objective}, edge -> cloud",
+            "params": self.params,
+            "predicted": {k: p.predicted_latency_ms for k, p in table.items()},
+            "predicted_bottleneck_ms": {k: p.bottleneck_ms for k, p in table.items()},
+            "chosen_ms": best.predicted_latency_ms,
+            "placement": best.to_dict(),
+        }
+
+    def next_split(self) -> int:
+        """The chosen split, every time."""
+        if self.k is None:
+            raise TracrError("pipeline-dp: next_split() called before setup().")
+        return self.k
+
+    def decision(self) -> dict:
+        """The chosen placement and its predictions (per split for k = 2)."""
+        return self._decision or {"name": self.name, "params": self.params, "chosen": None}
+
+
+@register_partitioner("exhaustive")
+class Exhaustive(CyclicPartitioner):
+    """The oracle sweep: every cut tuple of one fixed chain (``enumerate_placements``).
+
+    Params: ``chain``: device instance names in stage order, the source first (default:
+    the source, then the context's other devices in order); ``stages``: only the first
+    ``stages`` devices of that chain; ``objective``: the label the placements carry;
+    ``batch`` as for ``pipeline-dp``; and every ``cyclic`` param, for today's edge/cloud
+    runner, where it walks every valid split exactly as ``cyclic`` does.
+    """
+
+    def __init__(self, chain: Sequence[str] | None = None, stages: int | None = None,
+                 objective: str = "throughput", batch: int | None = None,
+                 **params: Any) -> None:
+        super().__init__(**params)
+        self.params.update(chain=chain, stages=stages, objective=objective, batch=batch)
+        self.objective = check_objective(objective)
+        self.chain = list(chain) if chain is not None else None
+        if stages is not None and int(stages) < 1:
+            raise TracrError(f"exhaustive: stages must be >= 1, got {stages}.")
+        self.stages = None if stages is None else int(stages)
+
+    def chain_of(self, pctx: PipelineContext) -> list[str]:
+        """The chain this sweep walks in ``pctx``."""
+        names = self.chain or [pctx.source, *(d for d in pctx.devices if d != pctx.source)]
+        names = names[: self.stages] if self.stages else names
+        if names[0] != pctx.source:
+            raise TracrError(f"exhaustive: the chain {names} must start at the source "
+                             f"'{pctx.source}'.")
+        return names
+
+    def plan(self, ctx_like: PipelineContext | PartitionContext | Mapping) -> list[Placement]:
+        """Every placement of the chain, in lexicographic order of the cuts."""
+        pctx = as_pipeline_context(ctx_like, self.params)
+        return enumerate_placements(pctx.model, self.chain_of(pctx), pctx.links, pctx.devices,
+                                    self.objective)

@@ -1,0 +1,421 @@
+"""Pipeline placement: the DP against brute force, single-device fallback, memory, valid
+cuts, the exhaustive sweep, the naive baseline, and the registered partitioners."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from itertools import combinations, permutations
+
+import pytest
+
+from experiment_design.errors import TracrError
+from experiment_design.partitioners import (
+    PartitionContext,
+    create_partitioner,
+    list_partitioners,
+)
+from experiment_design.partitioners.pipeline import (
+    DeviceFacts,
+    LinkFacts,
+    ModelFacts,
+    PipelineContext,
+    Placement,
+    Stage,
+    count_placements,
+    enumerate_placements,
+    fits_memory,
+    full_mesh,
+    plan_pipeline,
+    predict,
+    proportional_placement,
+)
+from experiment_design.partitioners.pipeline_partitioners import from_partition_context
+
+MB = 1_000_000
+
+
+# ----- an independent brute force -------------------------------------------------------
+def _cost(model, devices, links, source, chain, bounds):
+    """(bottleneck, latency) of ``chain`` over ``bounds`` [(a, b), ...], or None when a
+    stage does not fit or a link is missing; written apart from the module on purpose."""
+    times = []
+    for i, (dev, (a, b)) in enumerate(zip(chain, bounds, strict=True)):
+        mem = devices[dev].memory_bytes
+        if mem is not None and sum(model.param_bytes[a:b]) > mem:
+            return None
+        c = sum(devices[dev].layer_ms[a:b])
+        if i + 1 < len(chain):
+            to, nbytes = chain[i + 1], model.crossing_bytes[b]
+        elif dev == source:
+            times.append(c)
+            continue
+        else:
+            to, nbytes = source, model.output_bytes
+        lk = links.get((dev, to))
+        if lk is None:
+            return None
+        times.append(c + nbytes / lk.bandwidth_Bps * 1000 + lk.rtt_ms / 2)
+    return max(times), sum(times)
+
+
+def brute_force(model, devices, links, source, max_stages=None):
+    """Every feasible placement: [(chain, bounds, bottleneck, latency)]."""
+    n = model.n
+    max_stages = max_stages or len(devices)
+    others = [d for d in devices if d != source]
+    interior = [k for k in range(1, n) if model.valid[k]]
+    out = []
+    for r in range(len(others) + 1):
+        for perm in permutations(others, r):
+            chain = [source, *perm]
+            if len(chain) > max_stages:
+                continue
+            tuples = [list(zip([0, *c], [*c, n], strict=True)) for c in combinations(interior, r)]
+            if r >= 1 and model.valid[0]:  # the source only forwards the input
+                tuples += [[(0, 0), *zip([0, *c], [*c, n], strict=True)]
+                           for c in combinations(interior, r - 1)]
+            for bounds in tuples:
+                got = _cost(model, devices, links, source, chain, bounds)
+                if got is not None:
+                    out.append((chain, bounds, *got))
+    return out
+
+
+def singles_of(model, devices, links, source):
+    """(bottleneck, latency) of the single-device placements that fit."""
+    n, out = model.n, []
+    alone = _cost(model, devices, links, source, [source], [(0, n)])
+    if alone:
+        out.append(alone)
+    if model.valid[0]:
+        for d in devices:
+            if d != source and (got := _cost(model, devices, links, source, [source, d],
+                                             [(0, 0), (0, n)])):
+                out.append(got)
+    return out
+
+
+def random_instance(rng: random.Random):
+    """A small instance with quantized numbers, so that exact ties happen."""
+    n, m = rng.randint(2, 7), rng.randint(2, 4)
+    names = [f"d{i}" for i in range(m)]
+    params = [rng.choice([0, 0, 10, 40, 100]) for _ in range(n)]
+    model = ModelFacts(
+        n=n,
+        crossing_bytes=[rng.choice([0, 1000, 4000, 20000]) for _ in range(n + 1)],
+        valid=[rng.random() < 0.75 for _ in range(n + 1)],
+        param_bytes=params,
+        output_bytes=rng.choice([0, 1000, 4000]),
+    )
+    devices = {}
+    for name in names:
+        mem = None if rng.random() < 0.4 else rng.choice([40, 100, 150, 250])
+        devices[name] = DeviceFacts(name, [rng.choice([0, 0.5, 1, 2, 3, 8]) for _ in range(n)],
+                                    mem)
+    links = {}
+    for a, b in permutations(names, 2):
+        if rng.random() < 0.85:
+            links[(a, b)] = LinkFacts(rng.choice([1e5, 1e6, 1e7]), rng.choice([0.0, 1.0]))
+    max_stages = rng.choice([None, None, 1, 2, 3])
+    return model, devices, links, rng.choice(names), max_stages
+
+
+# ----- the DP equals brute force ----------------------------------------------------------
+@pytest.mark.parametrize("objective", ["throughput", "latency"])
+def test_dp_equals_brute_force_on_random_instances(objective):
+    rng = random.Random(12 if objective == "throughput" else 34)
+    checked = infeasible = split = 0
+    for _ in range(200):
+        model, devices, links, source, max_stages = random_instance(rng)
+        plans = brute_force(model, devices, links, source, max_stages)
+        if not plans:
+            with pytest.raises(TracrError, match="fits"):
+                plan_pipeline(model, devices, links, source, objective, max_stages)
+            infeasible += 1
+            continue
+        got = plan_pipeline(model, devices, links, source, objective, max_stages)
+        split += got.computing_devices > 1
+        assert len(got.stages) <= (max_stages or len(devices))
+        assert fits_memory(model, got.stages, devices)
+        assert all(model.valid[c] for c in got.cuts), (got.cuts, model.valid)
+        assert all(s.layers >= 1 for s in got.stages[1:])
+        if objective == "throughput":
+            best = min(p[2] for p in plans)
+            assert got.bottleneck_ms == pytest.approx(best, rel=1e-9, abs=1e-12)
+            # and among the plans with that bottleneck, the lowest latency
+            at_best = min(p[3] for p in plans if p[2] <= best + 1e-9)
+            assert got.predicted_latency_ms == pytest.approx(at_best, rel=1e-9, abs=1e-12)
+        else:
+            best = min(p[3] for p in plans)
+            assert got.predicted_latency_ms == pytest.approx(best, rel=1e-9, abs=1e-12)
+        # the placement's own numbers agree with the independent cost
+        bounds = [(s.first - 1, s.last) for s in got.stages]
+        assert _cost(model, devices, links, source, list(got.chain), bounds) == pytest.approx(
+            (got.bottleneck_ms, got.predicted_latency_ms))
+        checked += 1
+    assert checked > 150 and infeasible > 0 and split > 20, (checked, infeasible, split)
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency"])
+def test_never_worse_than_the_best_single_device(objective):
+    rng = random.Random(56)
+    compared = 0
+    for _ in range(200):
+        model, devices, links, source, _ = random_instance(rng)
+        singles = singles_of(model, devices, links, source)
+        if not singles:
+            continue
+        got = plan_pipeline(model, devices, links, source, objective)
+        i = 0 if objective == "throughput" else 1
+        mine = (got.bottleneck_ms, got.predicted_latency_ms)[i]
+        assert mine <= min(s[i] for s in singles) * (1 + 1e-9)
+        if got.computing_devices == 1:
+            assert got.reason.startswith("splitting does not pay")
+        else:  # a split is returned only when strictly better
+            assert mine < min(s[i] for s in singles) or (
+                mine == pytest.approx(min(s[i] for s in singles))
+                and (got.predicted_latency_ms, got.bottleneck_ms)[i]
+                < min(s[1 - i] for s in singles if s[i] == pytest.approx(mine)))
+        compared += 1
+    assert compared > 150
+
+
+# ----- on a real model's facts ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def alexnet():
+    """AlexNet's profile rows and split points at 64x64 (22 layers, 244 MB of fp32 params)."""
+    torch = pytest.importorskip("torch")
+    split = pytest.importorskip("experiment_design.split")
+    torch.set_num_threads(1)
+    sm = split.build_split_model("alexnet", input_shape=(3, 64, 64))
+    return sm.profile(), [dataclasses.asdict(p) for p in sm.points]
+
+
+@pytest.fixture(scope="module")
+def facts(alexnet):
+    return ModelFacts.from_rows(*alexnet)
+
+
+def flops_ms(layers, gflops_per_s):
+    """A device doing ``gflops_per_s`` GFLOP/s plus 20 us per layer."""
+    return [(r["flops"] or 0) / (gflops_per_s * 1e6) + 0.02 for r in layers]
+
+
+def cluster(layers, speeds, memory=None):
+    return {name: DeviceFacts(name, flops_ms(layers, g), memory) for name, g in speeds.items()}
+
+
+def test_model_facts_from_profile_rows(alexnet, facts):
+    layers, points = alexnet
+    assert facts.n == len(layers) == 22
+    assert facts.crossing_bytes[0] == 3 * 64 * 64 * 4  # the input crosses cut 0
+    assert facts.param_bytes[16] == 151_011_328  # classifier.1
+    assert facts.output_bytes == 4000 and all(facts.valid)
+
+
+def test_slow_links_keep_everything_on_the_source(alexnet, facts):
+    devices = cluster(alexnet[0], {"pi": 1, "gpu-1": 50, "gpu-2": 50})
+    slow = full_mesh(devices, LinkFacts(1_000, 5.0))  # 1 kB/s
+    for objective in ("throughput", "latency"):
+        got = plan_pipeline(facts, devices, slow, "pi", objective)
+        assert got.chain == ("pi",) and got.cuts == ()
+        assert got.reason.startswith("splitting does not pay")
+        assert got.predicted_latency_ms == pytest.approx(sum(devices["pi"].layer_ms))
+
+
+def test_a_fast_link_sends_the_input_to_the_fast_device(alexnet, facts):
+    devices = cluster(alexnet[0], {"pi": 1, "gpu": 50})
+    got = plan_pipeline(facts, devices, full_mesh(devices, LinkFacts(1e9, 0.1)), "pi", "latency")
+    assert got.chain == ("pi", "gpu") and got.cuts == (0,) and got.stages[0].layers == 0
+    assert got.reason.startswith("splitting does not pay")  # one device computes
+
+
+def test_a_slow_host_gets_little_and_the_dp_beats_proportional(alexnet, facts):
+    layers = alexnet[0]
+    devices = cluster(layers, {"a": 10, "slow": 1, "b": 10, "c": 10}, memory=300 * MB)
+    links = full_mesh(devices, LinkFacts(100 * MB, 0.5))
+    got = plan_pipeline(facts, devices, links, "a", "throughput")
+    assert got.computing_devices >= 2 and "splitting does not pay" not in got.reason
+    total = sum(r["flops"] or 0 for r in layers)
+    for s in got.stages:
+        if s.device == "slow":
+            assert sum(r["flops"] or 0 for r in layers[s.first - 1: s.last]) < 0.1 * total
+    # links as a function: the same plan
+    same = plan_pipeline(facts, devices, lambda a, b: LinkFacts(100 * MB, 0.5), "a")
+    assert same == got
+    naive = proportional_placement(facts, devices, ["a", "slow", "b", "c"], links)
+    assert got.predicted_throughput_per_s > 1.5 * naive.predicted_throughput_per_s
+    # and the DP is at least as good as every cut tuple of every order of its devices
+    for chain in permutations(got.chain[1:]):
+        for p in enumerate_placements(facts, [got.chain[0], *chain], links, devices):
+            assert got.bottleneck_ms <= p.bottleneck_ms * (1 + 1e-9)
+
+
+def test_memory_limits_force_a_split_and_are_respected(alexnet, facts):
+    devices = cluster(alexnet[0], {"a": 10, "b": 10, "c": 10}, memory=160 * MB)
+    links = full_mesh(devices, LinkFacts(100 * MB, 0.5))
+    for objective in ("throughput", "latency"):
+        got = plan_pipeline(facts, devices, links, "a", objective)
+        # classifier.1 alone is 151 MB, the whole model 244 MB: three stages are needed
+        assert got.computing_devices == 3
+        assert max(got.memory_bytes) <= 160 * MB and fits_memory(facts, got.stages, devices)
+        assert "fits no single device" in got.reason
+    with pytest.raises(TracrError, match="fits"):
+        plan_pipeline(facts, devices, links, "a", max_stages=2)
+    tiny = cluster(alexnet[0], {"a": 10, "b": 10, "c": 10}, memory=100 * MB)
+    with pytest.raises(TracrError, match="fits") as err:
+        plan_pipeline(facts, tiny, links, "a")
+    assert err.value.hint
+
+
+def test_invalid_cuts_are_never_boundaries(alexnet, facts):
+    ok = {3, 6, 13, 17, 20}
+    model = dataclasses.replace(facts, valid=tuple(k in ok for k in range(facts.n + 1)))
+    rng = random.Random(7)
+    for _ in range(30):
+        devices = cluster(alexnet[0], {d: rng.choice([1, 5, 20, 50]) for d in "abcd"},
+                          memory=rng.choice([None, 160 * MB, 200 * MB]))
+        links = full_mesh(devices, LinkFacts(rng.choice([1e6, 1e7, 1e8]), 0.5))
+        for objective in ("throughput", "latency"):
+            try:
+                got = plan_pipeline(model, devices, links, "a", objective)
+            except TracrError:
+                continue
+            assert set(got.cuts) <= ok, got.cuts  # cut 0 is invalid too: no forwarding
+
+
+def test_exhaustive_enumerates_every_tuple_of_valid_interior_cuts(alexnet, facts):
+    model = dataclasses.replace(facts, valid=tuple(k % 4 != 2 for k in range(facts.n + 1)))
+    interior = [k for k in range(1, model.n) if model.valid[k]]
+    devices = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20})
+    links = full_mesh(devices, LinkFacts(1e7, 1.0))
+    for k in (1, 2, 3):
+        got = enumerate_placements(model, ["a", "b", "c"][:k], links, devices)
+        assert len(got) == count_placements(model, k) == math.comb(len(interior), k - 1)
+        assert [p.cuts for p in got] == list(combinations(interior, k - 1))
+        assert all(p.chain == ("a", "b", "c")[:k] for p in got)
+    # memory leaves tuples out; a chain over a missing link is an error
+    small = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20}, memory=160 * MB)
+    assert 0 < len(enumerate_placements(model, ["a", "b", "c"], links, small)) < math.comb(
+        len(interior), 2)
+    with pytest.raises(TracrError, match="No link"):
+        enumerate_placements(model, ["a", "b"], {("a", "b"): LinkFacts(1e6)}, devices)
+
+
+def test_context_and_placement_cross_a_json_channel(alexnet, facts):
+    devices = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20}, memory=200 * MB)
+    links = full_mesh(devices, LinkFacts(5e6, 2.0))
+    del links[("c", "b")]
+    pctx = PipelineContext(facts, devices, links, "a")
+    wire = json.loads(json.dumps(pctx.to_dict()))
+    assert PipelineContext.from_dict(wire) == pctx
+    rows = {**wire, "model": {"layers": alexnet[0], "points": alexnet[1]}}
+    assert PipelineContext.from_dict(rows).model == facts
+    planner = create_partitioner("pipeline-dp", objective="throughput", batch=4)
+    [p] = planner.plan(wire)
+    assert Placement.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    assert p.batch == 4 and p.predicted_samples_per_s == pytest.approx(
+        4 * p.predicted_throughput_per_s)
+    assert planner.decision()["placement"]["cuts"] == list(p.cuts)
+    with pytest.raises(TracrError, match="source"):
+        PipelineContext.from_dict({**wire, "source": "zz"})
+
+
+# ----- the registered partitioners --------------------------------------------------------
+def edge_cloud_ctx(alexnet, bandwidth, edge_g=2, cloud_g=40):
+    layers, points = alexnet
+    return PartitionContext(
+        layers=layers, points=points, valid_splits=[p["index"] for p in points if p["valid"]],
+        edge_profile={"layer_ms": flops_ms(layers, edge_g)},
+        cloud_profile={"layer_ms": flops_ms(layers, cloud_g)},
+        network={"bandwidth_Bps": bandwidth, "rtt_ms": 1.0},
+    )
+
+
+def test_registered_and_k2_next_split_is_the_plans_cut(alexnet):
+    assert {"pipeline-dp", "exhaustive"} <= set(list_partitioners())
+    n = len(alexnet[0])
+    chosen: dict[str, list[int]] = {}
+    for objective in ("throughput", "latency"):
+        for bw in (1e3, 1e5, 4e6, 1e9):
+            ctx = edge_cloud_ctx(alexnet, bw)
+            part = create_partitioner("pipeline-dp", objective=objective)
+            part.setup(ctx)
+            k = part.next_split()
+            dec = json.loads(json.dumps(part.decision()))
+            assert dec["chosen"] == k and len(dec["predicted"]) == len(ctx.valid_splits)
+            [p] = part.plan(ctx)
+            assert k == (n if len(p.stages) == 1 else p.cuts[0]), (objective, bw, k, p.cuts)
+            chosen.setdefault(objective, []).append(k)
+    # a slow link: all on the edge; a fast one: latency sends the input, while throughput
+    # keeps the first conv on the edge, where it balances the two stages of the pipeline
+    assert chosen["latency"][0] == chosen["throughput"][0] == n
+    assert chosen["latency"][-1] == 0 and chosen["throughput"][-1] == 1
+    # only the splits in the context are candidates (evaluate restricts them to measured ones)
+    ctx = dataclasses.replace(edge_cloud_ctx(alexnet, 4e6), valid_splits=[3, 6])
+    part = create_partitioner("pipeline-dp", objective="latency")
+    part.setup(ctx)
+    assert part.next_split() in (3, 6)
+
+
+def test_exhaustive_walks_every_valid_split_like_cyclic(alexnet):
+    ctx = edge_cloud_ctx(alexnet, 4e6)
+    part = create_partitioner("exhaustive", repeats=2)
+    part.setup(ctx)
+    valid = ctx.valid_splits
+    assert part.sweep_length() == 2 * len(valid)
+    walk = [part.next_split() for _ in range(2 * len(valid) + 1)]
+    assert walk == [k for k in valid for _ in range(2)] + [valid[0]]
+    # plan() on the same context: every interior cut of edge -> cloud
+    plans = part.plan(ctx)
+    assert [p.cuts for p in plans] == [(k,) for k in valid if 0 < k < len(alexnet[0])]
+
+
+def test_exhaustive_plan_with_a_chain_and_stages(alexnet, facts):
+    devices = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20})
+    pctx = PipelineContext(facts, devices, full_mesh(devices, LinkFacts(1e7, 1.0)), "a")
+    assert len(create_partitioner("exhaustive", chain=["a", "c", "b"]).plan(pctx)) == math.comb(
+        21, 2)
+    assert len(create_partitioner("exhaustive", stages=2).plan(pctx)) == 21
+    with pytest.raises(TracrError, match="source"):
+        create_partitioner("exhaustive", chain=["b", "a"]).plan(pctx)
+
+
+def test_pipeline_dp_chain_restricts_the_devices(alexnet, facts):
+    devices = cluster(alexnet[0], {"a": 1, "b": 10, "c": 50})
+    pctx = PipelineContext(facts, devices, full_mesh(devices, LinkFacts(1e8, 0.5)), "a")
+    [p] = create_partitioner("pipeline-dp", chain=["a", "b"]).plan(pctx)
+    assert set(p.chain) <= {"a", "b"}
+    with pytest.raises(TracrError, match="unknown device"):
+        create_partitioner("pipeline-dp", chain=["a", "zz"]).plan(pctx)
+
+
+def test_k2_context_matches_the_profiles(alexnet):
+    ctx = edge_cloud_ctx(alexnet, 4e6)
+    pctx = from_partition_context(ctx)
+    assert pctx.source == "edge" and set(pctx.devices) == {"edge", "cloud"}
+    assert pctx.devices["edge"].layer_ms == pytest.approx(ctx.edge_profile["layer_ms"])
+    assert pctx.links[("cloud", "edge")] == LinkFacts(4e6, 1.0)
+
+
+def test_predict_scores_a_given_placement_and_rejects_broken_ones(alexnet, facts):
+    devices = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20})
+    links = full_mesh(devices, LinkFacts(1e7, 1.0))
+    got = plan_pipeline(facts, devices, links, "a")
+    assert predict(facts, got.stages, devices, links, "a", reason=got.reason) == got
+    n = facts.n
+    broken = {
+        "source": [Stage("b", 1, n)],
+        "continue": [Stage("a", 1, 5), Stage("b", 7, n)],
+        "end at": [Stage("a", 1, 5), Stage("b", 6, 9)],
+        "twice": [Stage("a", 1, 5), Stage("b", 6, 9), Stage("a", 10, n)],
+    }
+    for why, stages in broken.items():
+        with pytest.raises(TracrError, match=why):
+            predict(facts, stages, devices, links, "a")
+    no_cut_5 = dataclasses.replace(facts, valid=tuple(k != 5 for k in range(n + 1)))
+    with pytest.raises(TracrError, match="cut 5 is not a valid boundary"):
+        predict(no_cut_5, [Stage("a", 1, 5), Stage("b", 6, n)], devices, links, "a")
