@@ -55,6 +55,20 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
             k: v for k, v in (net or {}).items() if k != "samples"}
         if "network" in needs:
             ctx.network = net
+    chain = list((state.manifest.pipeline or {}).get("chain") or [])
+    if chain and inst == chain[0]:
+        # a chain: every member's links (for the stage times of each configuration's
+        # bound), and each member's profile when the partitioner plans placements
+        ctx.links = {}
+        for member in chain:
+            ctx.links.update(state.client(member).call("probe_links") or {})
+        state.extra["links"] = ctx.links
+        if "profiles" in needs:
+            known = {inst: ctx.edge_profile, **({partners[0]: ctx.cloud_profile}
+                                                if partners else {})}
+            ctx.profiles = {member: known.get(member) or
+                            state.client(member).profile_layers(PROFILE_PARAMS)
+                            for member in chain}
     if "measured" in needs:
         ctx.measured = (state.manifest.partitioner.get("params") or {}).get("measured")
     return ctx

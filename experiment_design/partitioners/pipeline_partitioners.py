@@ -137,7 +137,8 @@ class PipelineDP(Partitioner):
     its sweep can score.
     """
 
-    needs = frozenset({"edge_profile", "cloud_profile", "network"})
+    #: profiles: every chain member's (a pipeline run); the pair's for today's runner
+    needs = frozenset({"edge_profile", "cloud_profile", "network", "profiles"})
 
     def __init__(self, objective: str = "throughput", max_stages: int | None = None,
                  chain: Sequence[str] | None = None, batch: int | None = None,
@@ -208,6 +209,9 @@ class Exhaustive(CyclicPartitioner):
     ``batch`` as for ``pipeline-dp``; and every ``cyclic`` param, for today's edge/cloud
     runner, where it walks every valid split exactly as ``cyclic`` does.
     """
+
+    #: a pipeline run profiles every chain member, for the placements' predictions
+    needs = frozenset({"profiles"})
 
     def __init__(self, chain: Sequence[str] | None = None, stages: int | None = None,
                  objective: str = "throughput", batch: int | None = None,

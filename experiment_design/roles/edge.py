@@ -46,6 +46,8 @@ class EdgeRole(ChainMember):
         self.progress_base = 0
         #: link figures by "from>to", for the stage times a configuration's bound uses
         self.links: dict[str, dict] = {}
+        #: the routes a pipeline partitioner planned, with its predictions (None: the pair's)
+        self.plans: list[tuple[Route, dict | None]] | None = None
 
     def on_setup(self, config: dict) -> dict:
         """Model, dataset and the partitioner (set up later, with its context)."""
@@ -70,8 +72,33 @@ class EdgeRole(ChainMember):
         self.links = dict(measured.links or {})
         ctx = PartitionContext.from_dict(partition_context(self.setup_info, measured))
         self.partitioner.setup(ctx)
+        plan = getattr(self.partitioner, "plan", None)
+        if plan is not None and measured.profiles:
+            placements = plan(self.pipeline_context(measured))
+            self.plans = [(Route(tuple(p.chain), tuple(p.cuts)),
+                           {"throughput_per_s": p.predicted_throughput_per_s,
+                            "latency_ms": p.predicted_latency_ms}) for p in placements]
         return PartitionerPlan(sweep_length=self.partitioner.sweep_length(),
                                decision=self.partitioner.decision())
+
+    def pipeline_context(self, measured: Measurements) -> Any:
+        """The planner's view of the chain: each member's measured per-layer times, every
+        probed link (a link probed one way stands for both: replies travel back the way
+        requests came), this head as the source."""
+        from experiment_design.partitioners.pipeline import LinkFacts, ModelFacts, PipelineContext
+        from experiment_design.partitioners.pipeline_partitioners import device_from_profile
+
+        layers, points = self.setup_info.profile, self.setup_info.points
+        model = ModelFacts.from_rows(layers, points, batch=self.batch)
+        devices = {name: device_from_profile(name, prof, layers)
+                   for name, prof in (measured.profiles or {}).items()}
+        links: dict[tuple[str, str], Any] = {}
+        for key, fig in (measured.links or {}).items():
+            a, b = key.split(">", 1)
+            lf = LinkFacts(float(fig["bandwidth_Bps"]), float(fig.get("rtt_ms") or 0.0))
+            links[(a, b)] = lf
+            links.setdefault((b, a), lf)
+        return PipelineContext(model, devices, links, self.instance)
 
     def probe_link(self, size: int = 1 << 20, repeats: int = 5) -> dict:
         """``DataChannel.probe()`` when the transport has it, else an echo round trip."""
@@ -156,7 +183,7 @@ class EdgeRole(ChainMember):
 
         for i in range(2):  # unrecorded: every stage builds and warms its code for this range
             self.head.once(route, inputs[i % len(inputs)][0], -1)
-        if mode == "throughput":
+        if mode == "throughput" and route.k > 1:
             self.head.pipelined(route, inputs, count, in_flight, first, record)
         else:
             for i in range(count):
@@ -180,10 +207,8 @@ class EdgeRole(ChainMember):
     def placements(self) -> list[tuple[Route, dict | None]]:
         """The configurations to measure: the partitioner's plan when it makes one
         (pipeline partitioners), else every split it allows, as the pair's route."""
-        plan = getattr(self.partitioner, "routes", None)
-        if plan is not None:
-            return [(Route(tuple(r["route"]), tuple(r["cuts"])), r.get("predicted"))
-                    for r in plan()]
+        if self.plans is not None:
+            return list(self.plans)
         allowed = self.partitioner.params.get("splits")
         splits = self.partitioner.ctx.valid_splits
         if isinstance(allowed, list):
