@@ -10,4 +10,5 @@ BENCHMARKS = {
     "overhead": "per-layer timing and suffix-only execution versus plain PyTorch",
     "transport": "participant data path versus a raw TCP socket",
     "deploy": "zero-deploy: time to all participants ready, and teardown time",
+    "pipeline": "a pipelined run against its bound, latency mode and the best single device",
 }
