@@ -30,9 +30,14 @@ class SplitEngine(Protocol):
     layers: list[LayerInfo]
     #: cuts 0..n
     points: list[SplitPoint]
+    #: the model input's name: cut 0's crossing is ``(input_name,)``
+    input_name: str
 
-    def prepare(self, side: str, splits: list[int], timed: bool, cuda: bool) -> int:
-        """Build the code of ``side`` ("prefix"/"suffix") for each cut now; how many were built."""
+    def prepare(
+        self, side: str, splits: list[int] | list[tuple[int, int]], timed: bool, cuda: bool
+    ) -> int:
+        """Build the code of ``side`` ("prefix"/"suffix" for each cut, "segment" for each
+        (a, b) pair of cuts) now; how many were built."""
         ...
 
     def run_prefix(self, k: int, x: Tensor, timed: bool = False) -> tuple[dict[str, Tensor], Timings]:
@@ -43,6 +48,13 @@ class SplitEngine(Protocol):
         self, k: int, crossing: dict[str, Tensor], timed: bool = False
     ) -> tuple[Any, Timings]:
         """Layers k+1..n from the crossing tensors: the output, and per-layer ms if timed."""
+        ...
+
+    def run_segment(
+        self, a: int, b: int, crossing: dict[str, Tensor], timed: bool = False
+    ) -> tuple[dict[str, Tensor], Timings]:
+        """Layers a+1..b from the crossing tensors of cut a: those of cut b by name (the ones
+        made before a are the received objects themselves), and per-layer ms if timed."""
         ...
 
     def run_full(self, x: Tensor, timed: bool = False) -> tuple[Any, Timings]:

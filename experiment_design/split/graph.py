@@ -3,8 +3,12 @@
 fx generates one Python line per graph node. For cut k the prefix is the
 lines of layers 1..k returning the crossing values; the suffix is a function
 whose parameters are the crossing values and whose body is the lines of
-layers k+1..n, so the side after the cut never replays the prefix. Both are
-compiled once per k and run against the traced module tree (shared weights).
+layers k+1..n, so the side after the cut never replays the prefix. A segment
+(a, b), one stage of a pipeline, is both at once: its parameters are the
+crossing values of cut a, its body the lines of layers a+1..b, and it returns
+the crossing values of cut b (those made before a are its own parameters,
+handed on untouched). Each is compiled once and run against the traced module
+tree (shared weights).
 Timed variants put a clock read between consecutive lines (no interpreter in
 the loop). If fx's code cannot be cut per node, the same cuts are built as
 fx GraphModules instead.
@@ -26,6 +30,9 @@ from experiment_design.split.profile import FlopMeter
 from experiment_design.split.types import LayerInfo, SplitPoint, build_split_points
 
 log = logging.getLogger(__name__)
+
+#: what one piece of generated code is built for: a cut k, or a segment's cuts (a, b)
+Piece = int | tuple[int, int]
 
 
 def _extra_leaves() -> tuple[type, ...]:
@@ -126,6 +133,7 @@ class GraphEngine:
                 hint="use --mode hooks",
             )
         self.input_node = used[0] if used else placeholders[0]
+        self.input_name = self.input_node.name
         self.output_node = next(n for n in graph.nodes if n.op == "output")
         self.layer_nodes = [
             n for n in graph.nodes if n.op in ("call_module", "call_function", "call_method")
@@ -234,15 +242,28 @@ class GraphEngine:
         self._globals = dict(code.globals)
         return True
 
-    def _source(self, k: int, side: str, timed: bool) -> str:
-        cross = [c.name for c in self.crossing_nodes(k)]
-        if side == "full":
-            lo, hi, params, result = 1, self.n, [self.input_node.name], self._return
-        elif side == "prefix":
-            lo, hi, params = 1, k, [self.input_node.name]
-            result = "(" + "".join(f"{c}, " for c in cross) + ")"
+    def _span(self, k: Piece, side: str) -> tuple[int, int, list[fx.Node], list[fx.Node] | None]:
+        """Layers lo..hi of one piece of code, its parameters, and the values it returns
+        (None: the model output).
+
+        ``k`` is a cut for "prefix", "suffix" and "full", and a pair of cuts (a, b)
+        for "segment".
+        """
+        if side == "segment":
+            a, b = k
+            return a + 1, b, self.crossing_nodes(a), self.crossing_nodes(b)
+        if side == "prefix":
+            return 1, k, [self.input_node], self.crossing_nodes(k)
+        if side == "suffix":
+            return k + 1, self.n, self.crossing_nodes(k), None
+        return 1, self.n, [self.input_node], None
+
+    def _source(self, k: Piece, side: str, timed: bool) -> str:
+        lo, hi, params, returns = self._span(k, side)
+        if returns is None:
+            result = self._return
         else:
-            lo, hi, params, result = k + 1, self.n, cross, self._return
+            result = "(" + "".join(f"{c.name}, " for c in returns) + ")"
         body = ["_t0 = _clock()"] if timed else []
         ticks = 0
         for n in self.graph.nodes:
@@ -257,44 +278,41 @@ class GraphEngine:
         if timed:
             result = f"({result}, ({''.join(f'_t{i}, ' for i in range(ticks + 1))}))"
         body.append(f"return {result}")
-        sig = ", ".join(["self", *params])
+        sig = ", ".join(["self", *(p.name for p in params)])
         return f"def forward({sig}):\n" + "".join(f"    {b}\n" for b in body)
 
-    def _compile(self, k: int, side: str, clock) -> Any:
+    def _compile(self, k: Piece, side: str, clock) -> Any:
         if self._lines is None:
             return self._build_fx(k, side, clock)
         src = self._source(k, side, clock is not None)
         env = dict(self._globals)
         env["_clock"] = clock
-        exec(compile(src, f"<tracr {side} {k}>", "exec"), env)
+        exec(compile(src, f"<tracr {side} {_label(k)}>", "exec"), env)
         return _Compiled(env["forward"], self.gm, src)
 
-    def _module(self, k: int, side: str, clock) -> Any:
+    def _module(self, k: Piece, side: str, clock) -> Any:
         key = (k, side, clock)
         fn = self._cache.get(key)
         if fn is None:
             fn = self._cache[key] = self._compile(k, side, clock)
         return fn
 
-    def prepare(self, side: str, splits: list[int], timed: bool, cuda: bool) -> int:
-        """Generate and compile ``side`` at every cut in ``splits`` now, not at first use."""
+    def prepare(self, side: str, splits: list[Piece], timed: bool, cuda: bool) -> int:
+        """Generate and compile ``side`` at every cut (every (a, b) pair for "segment")
+        in ``splits`` now, not at first use."""
         clock = (cuda_clock if cuda else cpu_clock) if timed else None
         for k in splits:
             self._module(k, side, clock)
         return len(splits)
 
-    def _build_fx(self, k: int, side: str, clock) -> fx.GraphModule:
-        """The same cut as an fx GraphModule (slower to build; used when codegen slicing fails)."""
+    def _build_fx(self, k: Piece, side: str, clock) -> fx.GraphModule:
+        """The same piece as an fx GraphModule (slower to build; used when codegen slicing fails)."""
         g = fx.Graph()
         env: dict[fx.Node, fx.Node] = {}
         ticks: list[fx.Node] = []
-        cross = self.crossing_nodes(k)
-        lo, hi = {"prefix": (1, k), "suffix": (k + 1, self.n), "full": (1, self.n)}[side]
-        if side == "suffix":
-            for c in cross:
-                env[c] = g.placeholder(c.name)
-        else:
-            env[self.input_node] = g.node_copy(self.input_node)
+        lo, hi, params, returns = self._span(k, side)
+        for p in params:
+            env[p] = g.node_copy(p) if p.op == "placeholder" else g.placeholder(p.name)
         if clock is not None:
             ticks.append(g.call_function(clock))
         for n in self.graph.nodes:
@@ -305,12 +323,12 @@ class GraphEngine:
                 env[n] = g.node_copy(n, env.__getitem__)
                 if clock is not None:
                     ticks.append(g.call_function(clock))
-        if side == "prefix":
-            result: Any = tuple(env[c] for c in cross)
+        if returns is None:
+            result: Any = fx.node.map_arg(self.output_node.args[0], env.__getitem__)
         else:
-            result = fx.node.map_arg(self.output_node.args[0], env.__getitem__)
+            result = tuple(env[c] for c in returns)
         g.output((result, tuple(ticks)) if clock is not None else result)
-        return fx.GraphModule(self.gm, g, f"{side.capitalize()}{k}")
+        return fx.GraphModule(self.gm, g, f"{side.capitalize()}{_label(k, '_')}")
 
     # ---- execution --------------------------------------------------------
     def run_prefix(self, k: int, x: Tensor, timed: bool = False):
@@ -334,6 +352,19 @@ class GraphEngine:
         result, ticks = out
         return result, ticks_to_ms(k + 1, ticks)
 
+    def run_segment(self, a: int, b: int, crossing: dict[str, Tensor], timed: bool = False):
+        """Crossing tensors of cut b from those of cut a; per-layer ms of layers a+1..b if timed.
+
+        Values of cut b made before a are the very tensors received.
+        """
+        args = [crossing[n] for n in self.points[a].crossing]
+        clock = (cuda_clock if on_cuda(args) else cpu_clock) if timed else None
+        out = self._module((a, b), "segment", clock)(*args)
+        if clock is None:
+            return dict(zip(self.points[b].crossing, out, strict=True)), []
+        vals, ticks = out
+        return dict(zip(self.points[b].crossing, vals, strict=True)), ticks_to_ms(a + 1, ticks)
+
     def run_full(self, x: Tensor, timed: bool = False):
         """The whole model through the engine."""
         if not timed:
@@ -351,6 +382,11 @@ class GraphEngine:
 
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) = ")
+
+
+def _label(k: Piece, sep: str = "..") -> str:
+    """A cut, or a segment's pair of cuts joined by ``sep``, for code and class names."""
+    return sep.join(map(str, k)) if isinstance(k, tuple) else str(k)
 
 
 class _Compiled:

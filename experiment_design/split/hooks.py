@@ -13,13 +13,16 @@ Prefix for cut k: run the model and stop (exception) after unit k, keeping the
 outputs that later units consume. Suffix: run the model with units 1..k replaced
 by stubs that return the received tensors (or ``torch.empty`` placeholders for
 values nobody after the cut uses), so units 1..k are not recomputed; only the
-cheap glue code between units runs again.
+cheap glue code between units runs again. A segment (a, b), one stage of a
+pipeline, combines both: units 1..a are stubs, the pass stops after unit b. The
+prefix is the segment (0, k).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -96,6 +99,7 @@ class HookEngine:
     """Split engine over module hooks (see module docstring)."""
 
     mode = "hooks"
+    input_name = INPUT
 
     def __init__(self, model: nn.Module, example: Tensor, depth: int | None = None) -> None:
         self.model = model
@@ -253,7 +257,9 @@ class HookEngine:
             handles.append(m.register_forward_hook(post))
         return handles
 
-    def prepare(self, side: str, splits: list[int], timed: bool, cuda: bool) -> int:
+    def prepare(
+        self, side: str, splits: list[int] | list[tuple[int, int]], timed: bool, cuda: bool
+    ) -> int:
         """Nothing to build ahead: hooks are registered per pass."""
         return 0
 
@@ -263,41 +269,75 @@ class HookEngine:
 
     def run_prefix(self, k: int, x: Tensor, timed: bool = False):
         """Crossing tensors of cut k; per-unit ms of units 1..k if timed."""
-        wanted = self.crossing_units(k)
-        got: dict[int, Any] = {0: x} if 0 in wanted else {}
+        return self.run_segment(0, k, {INPUT: x}, timed)
+
+    def run_segment(self, a: int, b: int, crossing: dict[str, Tensor], timed: bool = False):
+        """Crossing tensors of cut b from those of cut a; per-unit ms of units a+1..b if timed.
+
+        The pass runs with units 1..a stubbed out and stops after unit b; values of
+        cut b made before a are the very tensors received.
+        """
+        wanted = self.crossing_units(b)
+        got: dict[int, Any] = {}
         times: list[tuple[int, float]] = []
-        if k > 0:
-            handles = []
-            if timed:
-                # timing hooks first: hooks run in registration order and unit k's
-                # keep-hook ends the pass
-                clock = cuda_clock if on_cuda(x) else cpu_clock
-                handles = self._timing_hooks(1, k, clock, times)
-            for i in range(1, k + 1):
+        if b > a:
+            with self._stubbed(a, crossing) as x:
+                handles = []
+                if timed:
+                    # timing hooks first: hooks run in registration order and unit b's
+                    # keep-hook ends the pass
+                    clock = cuda_clock if on_cuda(x) else cpu_clock
+                    handles = self._timing_hooks(a + 1, b, clock, times)
+                for i in range(a + 1, b + 1):
 
-                def keep(mod, args, out, _i=i):
-                    if _i in wanted:
-                        got[_i] = out
-                    if _i == k:
-                        raise _EarlyExit
+                    def keep(mod, args, out, _i=i):
+                        if _i in wanted:
+                            got[_i] = out
+                        if _i == b:
+                            raise _EarlyExit
 
-                handles.append(self.units[i - 1][1].register_forward_hook(keep))
-            try:
-                with torch.no_grad():
-                    self.model(x)
-            except _EarlyExit:
-                pass
-            finally:
-                for h in handles:
-                    h.remove()
-        crossing: dict[str, Tensor] = {}
+                    handles.append(self.units[i - 1][1].register_forward_hook(keep))
+                try:
+                    with torch.no_grad():
+                        self.model(x)
+                except _EarlyExit:
+                    pass
+                finally:
+                    for h in handles:
+                        h.remove()
+        out: dict[str, Tensor] = {}
         for i in wanted:
-            base = INPUT if i == 0 else self.units[i - 1][0]
-            crossing.update(_leaves(base, got[i]))
-        return crossing, times
+            if i <= a:
+                out.update((name, crossing[name]) for name in self._names(i))
+            else:
+                out.update(_leaves(self.units[i - 1][0], got[i]))
+        return out, times
 
     def run_suffix(self, k: int, crossing: dict[str, Tensor], timed: bool = False):
         """Model output from the crossing tensors, units 1..k stubbed out."""
+        times: list[tuple[int, float]] = []
+        with self._stubbed(k, crossing) as x:
+            handles = []
+            if timed:
+                clock = cuda_clock if on_cuda(x) else cpu_clock
+                handles = self._timing_hooks(k + 1, self.n, clock, times)
+            try:
+                with torch.no_grad():
+                    out = self.model(x)
+            finally:
+                for h in handles:
+                    h.remove()
+        return out, times
+
+    @contextmanager
+    def _stubbed(self, k: int, crossing: dict[str, Tensor]) -> Iterator[Any]:
+        """Units 1..k replaced by stubs for the duration; yields the input to run the model on.
+
+        A stub returns what was received for its unit, or ``torch.empty`` placeholders
+        of the recorded shapes (batch scaled) for values nobody after cut k uses.
+        The input is the received one when given (always for a prefix), else such a
+        placeholder.
+        """
         some = next(iter(crossing.values()))
         device, batch = some.device, some.shape[0]
         scale_from = self.example.shape[0]
@@ -322,27 +362,18 @@ class HookEngine:
             return _rebuild(base, self._value(i), crossing)
 
         cross_units = set(self.crossing_units(k))
-        x = crossing[INPUT] if 0 in cross_units else empty_like_recorded(self.example)
+        x = crossing[INPUT] if INPUT in crossing else empty_like_recorded(self.example)
         stubbed = []
-        times: list[tuple[int, float]] = []
-        handles = []
         try:
             for i in range(1, k + 1):
                 m = self.units[i - 1][1]
                 value = received(i) if i in cross_units else placeholder(self._value(i))
                 m.forward = _Stub(value)
                 stubbed.append(m)
-            if timed:
-                clock = cuda_clock if device.type == "cuda" else cpu_clock
-                handles = self._timing_hooks(k + 1, self.n, clock, times)
-            with torch.no_grad():
-                out = self.model(x)
+            yield x
         finally:
             for m in stubbed:
                 del m.forward
-            for h in handles:
-                h.remove()
-        return out, times
 
     def run_full(self, x: Tensor, timed: bool = False):
         """The whole model, with per-unit timing hooks if timed."""

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from experiment_design.constants import SPLIT_MODES
 from experiment_design.errors import TracrError
-from experiment_design.split.engine import SplitEngine
+from experiment_design.split.engine import SplitEngine, Timings
 from experiment_design.split.graph import GraphEngine, check_depth
 from experiment_design.split.hooks import HookEngine
 from experiment_design.split.outputs import max_abs_diff
@@ -34,6 +34,13 @@ class SplitModel:
         sm = SplitModel.build(model, torch.randn(1, 3, 224, 224))
         crossing, edge_ms = sm.run_prefix(5, x, timed=True)   # on the edge
         out, cloud_ms = sm.run_suffix(5, crossing, timed=True)  # on the cloud
+
+    A pipeline over several devices chains stages: stage (a, b) runs layers
+    a+1..b, from the crossing tensors of cut a to those of cut b::
+
+        crossing, _ = sm.run_stage(0, 5, x)           # device 1
+        crossing, _ = sm.run_stage(5, 9, crossing)    # device 2
+        out, _ = sm.run_stage(9, sm.n, crossing)      # device 3: the model output
     """
 
     def __init__(
@@ -48,6 +55,8 @@ class SplitModel:
         self.mode: str = engine.mode
         self.layers: list[LayerInfo] = engine.layers
         self.points: list[SplitPoint] = engine.points
+        #: the key of the model input among crossing tensors: cut 0's crossing is (input_name,)
+        self.input_name: str = engine.input_name
 
     @classmethod
     def build(
@@ -115,6 +124,23 @@ class SplitModel:
                 hint="pick one of valid_splits()",
             )
 
+    def _check_stage(self, a: int, b: int) -> None:
+        self._check(a)
+        self._check(b)
+        if a > b:
+            raise TracrError(
+                f"stage {a}..{b} runs backwards: it starts after cut {a} and ends at cut {b}",
+                hint=f"a stage (a, b) runs layers a+1..b with 0 <= a <= b <= {self.n}",
+            )
+
+    def _check_crossing(self, k: int, crossing: dict[str, Tensor]) -> None:
+        missing = [n for n in self.points[k].crossing if n not in crossing]
+        if missing:
+            raise TracrError(f"split {k}: crossing tensors missing: {', '.join(missing)}")
+
+    def _on_cuda(self) -> bool:
+        return next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
+
     def prepare(self, side: str, splits: list[int] | None = None, *, timed: bool = True) -> int:
         """Build the code of one side ("prefix" or "suffix") for each cut in ``splits``
         (default: every valid cut) ahead of time.
@@ -130,8 +156,22 @@ class SplitModel:
         ks = self.valid_splits() if splits is None else list(splits)
         for k in ks:
             self._check(k)
-        on_cuda = next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
-        return self.engine.prepare(side, ks, timed, on_cuda)
+        return self.engine.prepare(side, ks, timed, self._on_cuda())
+
+    def prepare_segments(self, pairs: list[tuple[int, int]], *, timed: bool = True) -> int:
+        """Build the code of each stage (a, b) in ``pairs`` ahead of time (see :meth:`prepare`).
+
+        Covers :meth:`run_segment` and :meth:`run_stage` for every pair: the segment
+        a..b, and for a last stage (b == n) also the suffix of cut a that
+        ``run_stage`` runs. Returns how many were built (0 in hooks mode).
+        """
+        pairs = [(a, b) for a, b in pairs]  # tuples: they key the engine's code cache
+        for a, b in pairs:
+            self._check_stage(a, b)
+        cuda = self._on_cuda()
+        built = self.engine.prepare("segment", pairs, timed, cuda)
+        lasts = sorted({a for a, b in pairs if b == self.n})
+        return built + self.engine.prepare("suffix", lasts, timed, cuda)
 
     def run_prefix(
         self, k: int, x: Tensor, *, timed: bool = False
@@ -146,11 +186,54 @@ class SplitModel:
     ) -> tuple[Any, list[tuple[int, float]]]:
         """Run layers k+1..n from the crossing tensors; never recomputes layers 1..k."""
         self._check(k)
-        missing = [n for n in self.points[k].crossing if n not in crossing]
-        if missing:
-            raise TracrError(f"split {k}: crossing tensors missing: {', '.join(missing)}")
+        self._check_crossing(k, crossing)
         with torch.no_grad():
             return self.engine.run_suffix(k, crossing, timed)
+
+    def run_segment(
+        self, a: int, b: int, crossing: dict[str, Tensor], *, timed: bool = False
+    ) -> tuple[dict[str, Tensor], Timings]:
+        """Run layers a+1..b from the crossing tensors of cut a; return those of cut b
+        (name -> tensor, in ``points[b].crossing`` order) and per-layer ms of a+1..b.
+
+        Tensors of cut b made at or before cut a (long skip connections through this
+        stage, see :meth:`passthrough`) are the received objects, handed on untouched.
+        ``a == b`` runs nothing. ``run_segment(0, b, {input_name: x})`` equals
+        ``run_prefix(b, x)``; the model output needs ``run_suffix`` (or :meth:`run_stage`).
+        """
+        self._check_stage(a, b)
+        self._check_crossing(a, crossing)
+        with torch.no_grad():
+            return self.engine.run_segment(a, b, crossing, timed)
+
+    def run_stage(
+        self, a: int, b: int, crossing: dict[str, Tensor] | Tensor, *, timed: bool = False
+    ) -> tuple[Any, Timings]:
+        """One pipeline stage: layers a+1..b, so that every stage is the same call.
+
+        Takes the crossing tensors of cut a (the first stage, a == 0, may pass the input
+        tensor itself instead of ``{input_name: x}``). Returns the crossing tensors of
+        cut b as :meth:`run_segment` does, except for the last stage (b == n), which
+        returns the model output as :meth:`run_suffix` does; and per-layer ms of a+1..b.
+        """
+        self._check_stage(a, b)
+        if isinstance(crossing, Tensor):
+            if a != 0:
+                raise TracrError(
+                    f"stage {a}..{b} got an input tensor: only the first stage (a = 0) takes one",
+                    hint=f"give it the crossing tensors of cut {a}",
+                )
+            crossing = {self.input_name: crossing}
+        if b == self.n:
+            return self.run_suffix(a, crossing, timed=timed)
+        return self.run_segment(a, b, crossing, timed=timed)
+
+    def passthrough(self, a: int, b: int) -> tuple[str, ...]:
+        """Names of the crossing tensors of cut b that stage (a, b) only forwards: made at
+        or before cut a and used after b (long skip connections), in cut b's order."""
+        self._check_stage(a, b)
+        before = set(self.points[a].crossing)
+        return tuple(name for name in self.points[b].crossing if name in before)
 
     def run_full(self, x: Tensor, *, timed: bool = False) -> tuple[Any, list[tuple[int, float]]]:
         """Run the whole model through the engine (per-layer ms of 1..n if timed)."""
