@@ -1,0 +1,133 @@
+"""Chains of three real participants on this machine: routes, pipelining, long skips, faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(name: str, overrides: list[str], out: Path):
+    from app_api.manifest import load_manifest
+    from app_api.runner import run_experiment
+
+    return run_experiment(load_manifest(name, overrides), out_dir=out, progress=False)
+
+
+def by_item(rows: list[dict]) -> dict[str, set[float]]:
+    out: dict[str, set[float]] = {}
+    for r in rows:
+        out.setdefault(r["item"], set()).add(round(float(r["output_sum"]), 3))
+    return out
+
+
+def test_every_cut_pair_of_a_three_stage_chain_gives_the_unsplit_output(tmp_path):
+    from app_api.results import read_configs, read_csv
+
+    # exhaustive: every valid cut pair of alexnet's 7 block boundaries over edge -> stage -> cloud
+    res = run("alexnet-pipeline", [
+        "partitioner.name=exhaustive", "model.depth=2", "pipeline.count=2",
+        "pipeline.modes=[latency]", "pipeline.baselines=false", "dataset.params.limit=2",
+    ], tmp_path / "run")
+    assert res.ok, res.errors
+    configs = read_configs(res.run_dir)
+    n_pairs = len({c["config"] for c in configs})
+    assert n_pairs >= 15 and all(c["chain"] == ["edge-1", "stage-1", "cloud-1"] for c in configs)
+    rows = read_csv(res.run_dir / "inferences.csv")
+    assert not [r for r in rows if r["error"]]
+    # each input gives the same output whatever the cuts (the model split exactly)
+    assert all(len(v) == 1 for v in by_item(rows).values()), by_item(rows)
+    stages = read_csv(res.run_dir / "stages.csv")
+    assert {r["hop"] for r in stages} == {"0", "1", "2"}
+    for r in (r for r in stages if r["hop"] == "1"):
+        assert int(r["first"]) <= int(r["last"]) + 1
+
+
+def test_long_skip_connections_are_forwarded_through_a_middle_stage(tmp_path):
+    from app_api.results import read_csv
+    from experiment_design.split import build_split_model
+
+    # resnet18, both cuts inside one residual block: the block's input skips the middle stage
+    sm = build_split_model("resnet18")
+    pairs = [(a, b) for a in sm.valid_splits() for b in sm.valid_splits()
+             if 0 < a < b < sm.n and sm.passthrough(a, b)]
+    a, b = pairs[len(pairs) // 2]
+    res = run("alexnet-pipeline", [
+        "model.name=resnet18", "partitioner.name=exhaustive",
+        f"+partitioner.params.splits=[{a},{b}]", "pipeline.count=3",
+        "pipeline.modes=[latency,throughput]", "pipeline.baselines=true", "dataset.params.limit=1",
+    ], tmp_path / "run")
+    assert res.ok, res.errors
+    stages = [r for r in read_csv(res.run_dir / "stages.csv") if r["config"] == f"{a}/{b}"]
+    middle = [r for r in stages if r["hop"] == "1"]
+    assert middle and all(int(r["forwarded_bytes"]) > 0 for r in middle)
+    rows = read_csv(res.run_dir / "inferences.csv")
+    assert all(len(v) == 1 for v in by_item(rows).values())
+
+
+def test_throughput_mode_keeps_several_inferences_in_flight(tmp_path):
+    from app_api.results import read_csv
+
+    res = run("alexnet-pipeline", ["pipeline.count=16", "pipeline.in_flight=3",
+                                   "dataset.params.limit=2"], tmp_path / "run")
+    assert res.ok, res.errors
+    s = res.summary
+    assert s["throughput_per_s"] > 0 and s["bound_per_s"] > 0
+    assert len(s["stages"]) == len(s["pipeline"]["chosen"]["chain"])
+    for key in ("throughput_over_bound", "pipelined_over_sequential", "pipelined_over_single"):
+        assert s["pipeline"]["ratios"][key] is not None
+    rows = [r for r in read_csv(res.run_dir / "stages.csv") if r["mode"] == "throughput"]
+    # some inference started on the head before the one before it had left the last stage
+    by_inf: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by_inf.setdefault(r["inference"], {})[r["hop"]] = r
+    ids = sorted(by_inf, key=int)
+    last_hop = max(by_inf[ids[0]], key=int)
+    overlaps = sum(float(by_inf[j]["0"]["t_start_ms"]) < float(by_inf[i][last_hop]["t_end_ms"])
+                   for i, j in zip(ids, ids[1:]))
+    assert overlaps >= len(ids) // 2
+    assert (res.run_dir / "plots" / "timeline.png").exists()
+
+
+def test_a_stopped_middle_stage_ends_the_pipeline_within_the_liveness_timeout(tmp_path):
+    me = psutil.Process()
+    stopped: list[int] = []
+
+    def stop_the_middle() -> None:  # SIGSTOP stage-1 once the chain is measuring
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (tmp_path / "run" / "stages.csv").exists():
+                for p in me.children(recursive=True):
+                    if "stage-1" in " ".join(p.cmdline()):
+                        os.kill(p.pid, signal.SIGSTOP)
+                        stopped.append(p.pid)
+                        return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=stop_the_middle, daemon=True)
+    t.start()
+    t0 = time.monotonic()
+    try:
+        res = run("alexnet-pipeline", ["pipeline.count=400", "pipeline.baselines=false",
+                                       "run.liveness_timeout_s=5"], tmp_path / "run")
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    took = time.monotonic() - t0
+    assert stopped, "the middle stage was never stopped"
+    assert not res.ok and res.exit_code == 1
+    assert took < 90, took
+    assert any("stage-1" in e for e in res.errors), res.errors
+    assert not [p for p in me.children(recursive=True) if "experiment_design.participant"
+                in " ".join(p.cmdline())]
