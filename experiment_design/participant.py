@@ -129,6 +129,10 @@ def _watch_idle(life: Lifecycle, idle_s: float) -> None:
     while True:
         time.sleep(min(1.0, idle_s / 4))
         service = life.service
+        if service is None and not life.beats:
+            # still starting, for an observer that drives us by calls only: its idle
+            # clock starts when we are ready to be called (the role sets last_call then)
+            continue
         if service is not None and service.busy() and not life.beats:
             # an observer that drives us by calls only (a script, a test) and waits for
             # this long one; one that sends heartbeats is lost when they stop, busy or not

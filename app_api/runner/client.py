@@ -108,7 +108,6 @@ class ParticipantClient:
         :data:`SHORT_CALL_S` otherwise), and less when the participant dies or goes
         silent or the guard raises.
         """
-        from rpyc import AsyncResultTimeout
         from rpyc.core import consts, netref
 
         h = self.handle
@@ -118,12 +117,13 @@ class ParticipantClient:
         try:
             args = () if arg is None else (arg.to_json(),)
             reply = netref.asyncreq(h.conn.root, consts.HANDLE_CALLATTR, method, args, ())
-            while True:
-                reply.set_expiry(SLICE_S)
-                try:
-                    reply.wait()
-                    break
-                except AsyncResultTimeout:
+            # Served in slices, to check liveness and Ctrl-C between them. Never by giving
+            # the reply an expiry: rpyc drops a reply that lands after its expiry, and one
+            # slower to receive than a slice (a poll() with many rows, a loaded host) would
+            # then be lost and the call hang until its whole timeout.
+            while not reply.ready:
+                h.conn.serve(SLICE_S, waiting=lambda: not reply.ready)
+                if not reply.ready:
                     self._check(method, deadline, timeout)
             out = reply.value
         except TracrError:

@@ -24,12 +24,16 @@ def wait_exit(proc, timeout=20.0) -> int:
     return proc.wait(timeout=timeout)
 
 
-def test_idle_timeout_exits_and_removes_workdir():
+@pytest.mark.parametrize("startup_delay", [0, 3])
+def test_idle_timeout_exits_and_removes_workdir(startup_delay):
+    # a start-up longer than the idle limit (a loaded host importing torch) does not count:
+    # an observer that drives by calls only is idle only once the participant is ready
     work = tempfile.mkdtemp(prefix="tracr-test-idle-")
     secret = os.urandom(32)
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiment_design.participant", "--role", "cloud",
-         "--workdir", work, "--cleanup-workdir", "--idle-timeout", "2"],
+         "--workdir", work, "--cleanup-workdir", "--idle-timeout", "2",
+         "--startup-delay", str(startup_delay)],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         proc.stdin.write(secret.hex().encode() + b"\n")

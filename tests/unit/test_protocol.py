@@ -7,6 +7,7 @@ import ast
 import inspect
 import json
 import textwrap
+import time
 
 import pytest
 
@@ -202,3 +203,21 @@ def test_client_names_the_participant_host_and_call():
         with pytest.raises(ParticipantLost, match=r"edge-1 on pi4 died during boom\(\)") as err:
             dead.call("boom", PollRequest())
         assert err.value.hint == "Killed"
+
+
+class _Big(ParticipantService):
+    @control()
+    def exposed_big(self) -> dict:
+        return {"rows": "x" * (32 << 20)}
+
+
+def test_a_reply_slower_to_arrive_than_a_wait_slice_is_not_dropped():
+    # rpyc drops a reply that lands on an AsyncResult whose expiry has passed. The client waits
+    # in slices (to check liveness and Ctrl-C between them); a reply that took longer than a
+    # slice to receive and unbox (a poll() carrying many rows, a loaded host) used to be
+    # dropped, and the call then hung until its whole timeout (poll: 60 s, setup: 600 s).
+    with _Handle(_Big(instance="edge-1")) as h:
+        client = ParticipantClient("edge-1", h)
+        t0 = time.monotonic()
+        assert len(client.call("big", timeout=20)["rows"]) == 32 << 20
+        assert time.monotonic() - t0 < 15
