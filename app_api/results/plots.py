@@ -184,3 +184,56 @@ def _bytes_text(n: float) -> str:
         if abs(n) < 1024:
             return f"{n:.1f} {unit}"
     return f"{n / 1024:.1f} GB"
+
+
+def draw_timeline(run_dir: Path, window: int = 12) -> Path | None:
+    """``plots/timeline.png``: the chosen configuration in throughput mode, one row per stage,
+    for ``window`` consecutive inferences after the pipeline filled: compute spans (one colour
+    per inference), sends (hatched) and the idle gaps between them (the bubbles). Times are
+    each stage's own clock (one clock in the lab), from the first span shown."""
+    from app_api.results.store import STAGES_FILE, read_csv
+
+    path = Path(run_dir) / STAGES_FILE
+    if not path.exists():
+        return None
+    rows = [r for r in read_csv(path) if r.get("mode") == "throughput" and not r.get("error")
+            and r.get("t_start_ms") and r.get("t_end_ms")]
+    if not rows:
+        return None
+    config = rows[0]["config"]
+    rows = [r for r in rows if r["config"] == config]
+    ids = sorted({int(r["inference"]) for r in rows})
+    skip = min(len(ids) // 4, 4)
+    keep = set(ids[skip: skip + window])
+    rows = [r for r in rows if int(r["inference"]) in keep]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hops = sorted({int(r["hop"]) for r in rows})
+    names = {int(r["hop"]): r["instance"] for r in rows}
+    t0 = min(float(r["t_start_ms"]) for r in rows)
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.8 * len(hops)))
+    for r in rows:
+        y = hops.index(int(r["hop"]))
+        start, end = float(r["t_start_ms"]) - t0, float(r["t_end_ms"]) - t0
+        colour = cmap(int(r["inference"]) % 20)
+        ax.broken_barh([(start, end - start)], (y - 0.35, 0.7), facecolors=colour)
+        if r.get("t_sent_ms") and r.get("send_ms"):
+            sent = float(r["t_sent_ms"]) - t0
+            ax.broken_barh([(sent - float(r["send_ms"]), float(r["send_ms"]))],
+                           (y - 0.35, 0.7), facecolors="none", edgecolors=colour, hatch="///")
+    ax.set_yticks(range(len(hops)), [f"{h}: {names[h]}" for h in hops])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms (each stage's own clock; one clock in the lab)")
+    ax.set_title(f"pipeline timeline, cuts {config}, throughput mode: compute (solid), "
+                 "send (hatched), idle (gaps)", fontsize=9)
+    fig.tight_layout()
+    out_dir = Path(run_dir) / "plots"
+    out_dir.mkdir(exist_ok=True)
+    out = out_dir / "timeline.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

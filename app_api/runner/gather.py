@@ -101,6 +101,12 @@ def draw_plots(summary: dict, run_dir: Path) -> None:
         draw(summary, run_dir)
     except Exception as exc:
         log.warning("plots not drawn: %s", exc)
+    try:
+        from app_api.results.plots import draw_timeline
+
+        draw_timeline(Path(run_dir))
+    except Exception as exc:
+        log.warning("timeline plot not drawn: %s", exc)
     if (Path(run_dir) / CONFIGS_FILE).exists():
         try:
             from app_api.results.plots import draw_pareto_of_run

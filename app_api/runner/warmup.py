@@ -66,9 +66,9 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
         if "profiles" in needs:
             known = {inst: ctx.edge_profile, **({partners[0]: ctx.cloud_profile}
                                                 if partners else {})}
-            ctx.profiles = {member: known.get(member) or
-                            state.client(member).profile_layers(PROFILE_PARAMS)
-                            for member in chain}
+            ctx.profiles = {member: with_quota(
+                known.get(member) or state.client(member).profile_layers(PROFILE_PARAMS),
+                state.facts.cpu_quota(state.handles[member].device)) for member in chain}
     if "measured" in needs:
         ctx.measured = (state.manifest.partitioner.get("params") or {}).get("measured")
     return ctx

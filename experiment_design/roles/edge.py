@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
 
 from experiment_design.errors import TracrError
@@ -90,7 +91,13 @@ class EdgeRole(ChainMember):
 
         layers, points = self.setup_info.profile, self.setup_info.points
         model = ModelFacts.from_rows(layers, points, batch=self.batch)
-        devices = {name: device_from_profile(name, prof, layers)
+        allowed = self.partitioner.params.get("splits")
+        if isinstance(allowed, list):  # the manifest restricts where the chain may be cut
+            keep = {int(k) for k in allowed} | {0}
+            model = replace(model, valid=tuple(v and k in keep for k, v in enumerate(model.valid)))
+        # throughput: every stage busy all the time, so a quota'd host runs at its quota
+        busy = self.partitioner.params.get("objective", "throughput") == "throughput"
+        devices = {name: device_from_profile(name, prof, layers, sustained=busy)
                    for name, prof in (measured.profiles or {}).items()}
         links: dict[tuple[str, str], Any] = {}
         for key, fig in (measured.links or {}).items():
