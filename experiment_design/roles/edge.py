@@ -213,15 +213,16 @@ class EdgeRole(ChainMember):
 
     def placements(self) -> list[tuple[Route, dict | None]]:
         """The configurations to measure: the partitioner's plan when it makes one
-        (pipeline partitioners), else every split it allows, as the pair's route."""
+        (pipeline partitioners), else every split it allows with each partner in turn
+        (the pair's routes: edge-to-edge and edge-to-server in one run, say)."""
         if self.plans is not None:
             return list(self.plans)
         allowed = self.partitioner.params.get("splits")
         splits = self.partitioner.ctx.valid_splits
         if isinstance(allowed, list):
             splits = [k for k in splits if k in set(map(int, allowed))]
-        partner = self.channels[0][0]
-        return [(Route((self.instance, partner), (k,)), None) for k in splits]
+        return [(Route((self.instance, partner), (k,)), None)
+                for partner, _ in self.channels for k in splits]
 
     def solo(self, device: str, count: int) -> dict:
         """The whole model ``count`` times on one participant alone (the single-device

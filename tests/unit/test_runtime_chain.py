@@ -1,0 +1,79 @@
+"""Routes of a chain, the layers each stage runs, and what a configuration's records add up to."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiment_design.errors import TracrError
+from experiment_design.runtime.chain import Completed, Route, run_range
+from experiment_design.runtime.pipestats import stage_rows, summarize, throughput_per_s
+
+
+def test_a_route_gives_each_stage_its_layers():
+    r = Route(("edge", "mid", "cloud"), (5, 12))
+    assert r.k == 3 and r.label == "5/12"
+    assert [r.bounds(h, 20) for h in range(3)] == [(0, 5), (5, 12), (12, 20)]
+    assert Route.from_header(r.to_header()) == r
+    assert Route(("edge",), ()).label == "-" and Route(("edge",), ()).bounds(0, 20) == (0, 20)
+
+
+@pytest.mark.parametrize("route, cuts", [
+    (("a", "b"), ()), (("a", "b"), (1, 2)), (("a", "b", "c"), (7, 3)), (("a", "a"), (3,)),
+])
+def test_a_malformed_route_is_refused(route, cuts):
+    with pytest.raises(TracrError):
+        Route(route, cuts)
+
+
+def test_each_stage_of_a_three_stage_chain_runs_only_its_layers():
+    import torch
+
+    from experiment_design.split import build_split_model
+
+    sm = build_split_model("alexnet")
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    ref, _ = sm.run_full(x)
+    valid = sm.valid_splits()
+    a, b = valid[3], valid[-5]
+    first, t1 = run_range(sm, 0, a, {sm.points[0].crossing[0]: x}, timed=True, last=False)
+    mid, t2 = run_range(sm, a, b, first, timed=True, last=False)
+    out, t3 = run_range(sm, b, sm.n, mid, timed=True, last=True)
+    assert torch.allclose(out, ref, atol=1e-5)
+    assert [i for i, _ in t1 + t2 + t3] == list(range(1, sm.n + 1))
+    with pytest.raises(TracrError, match="last stage"):
+        run_range(sm, a, b, first, timed=False, last=True)
+    with pytest.raises(TracrError, match="middle stage"):
+        run_range(sm, a, sm.n, first, timed=False, last=False)
+
+
+def _done(iid, route, t0, starts, ends, done_at, sent=1000):
+    """A completed inference: stage h computed from starts[h] to ends[h] (ms)."""
+    recs = [{"instance": name, "hop": h, "a": 0, "b": 0, "t_start": int(starts[h] * 1e6),
+             "t_end": int(ends[h] * 1e6), "compute_ms": ends[h] - starts[h], "queue": 0,
+             "bytes_encoded": sent, "send_ms": 0.5} for h, name in enumerate(route.route)]
+    c = Completed(iid, route, recs[0], t_done=int(done_at * 1e6),
+                  reply={"stages": recs[1:]})
+    return c
+
+
+def test_a_configuration_summary_adds_up():
+    route = Route(("e", "m", "c"), (3, 9))
+    # a 3-stage pipeline with 10 ms per stage: one result every 10 ms once it is full
+    done = [_done(i, route, 10 * i, [10 * i, 10 * i + 10, 10 * i + 20],
+                  [10 * i + 10, 10 * i + 20, 10 * i + 30], 10 * i + 31) for i in range(10)]
+    assert throughput_per_s(done, "throughput", 3) == pytest.approx(100.0)
+    links = {"e>m": {"bandwidth_Bps": 1e6, "rtt_ms": 0.2}, "m>c": {"bandwidth_Bps": 2e6}}
+    s = summarize(done, mode="throughput", in_flight=3, batch=2, links=links)
+    row, stages = s["row"], s["stages"]
+    assert row["items_per_s"] == pytest.approx(200.0)
+    assert row["latency_ms_p50"] == pytest.approx(31.0)
+    assert [st["instance"] for st in stages] == ["e", "m", "c"]
+    # stage time = compute + bytes / bandwidth + rtt / 2 (the last: its send time)
+    assert stages[0]["stage_ms"] == pytest.approx(10 + 1.0 + 0.1)
+    assert stages[1]["stage_ms"] == pytest.approx(10 + 0.5)
+    assert stages[2]["stage_ms"] == pytest.approx(10 + 0.5)
+    assert row["bound_per_s"] == pytest.approx(1000 / 11.1)
+    assert stages[1]["utilization"] == pytest.approx(100 / 100)  # busy back to back
+    assert row["bytes_per_inference"] == 3000
+    rows = stage_rows(done[0], route.label, "throughput")
+    assert [r["hop"] for r in rows] == [0, 1, 2] and rows[1]["config"] == "3/9"
