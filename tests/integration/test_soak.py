@@ -6,9 +6,10 @@ Run it with ``pytest -m soak tests/integration/test_soak.py -s`` (or set ``TRACR
 What it does, as a user would: ``tracr lab up --hosts 2``, then ``tracr experiment run
 alexnet-sweep-lab`` again and again for ``TRACR_SOAK_S`` seconds (default 1800), while a
 thread takes one lab host's link down (``ip link set trlab-Nn down`` inside its namespace)
-for ``TRACR_SOAK_DOWN_S`` (default 10 s) every ``TRACR_SOAK_FLAP_S`` (default 180 s),
-alternating hosts. A run that ends incomplete is continued with ``--resume`` (a fresh run
-if resuming is refused). Another thread samples every participant's RSS from ``/proc``
+for ``TRACR_SOAK_DOWN_S`` (default 10 s: TCP rides it out) every ``TRACR_SOAK_FLAP_S``
+(default 180 s), alternating hosts; every third flap lasts ``TRACR_SOAK_LONG_DOWN_S`` (default
+the runs' liveness timeout, 20 s, plus 15 s: the partner is lost and the run ends). A run
+that ends incomplete is continued with ``--resume`` (a fresh run if resuming is refused). Another thread samples every participant's RSS from ``/proc``
 (the lab hosts share this machine's PID namespace) every ``TRACR_SOAK_SAMPLE_S`` (5 s).
 
 It prints the inferences that succeeded, were retried (measured by a resumed or repeated
@@ -48,7 +49,12 @@ SAMPLE_S = _env("TRACR_SOAK_SAMPLE_S", 5)
 WARM_S = _env("TRACR_SOAK_WARM_S", 60)
 MIN_LIFE_S = _env("TRACR_SOAK_MIN_LIFE_S", 300)
 MAX_SLOPE_MB_H = _env("TRACR_SOAK_MAX_SLOPE", 64)
-REPEATS = int(_env("TRACR_SOAK_REPEATS", 400))  # per split: 1200 inferences, minutes a sweep
+# per split: 4800 inferences, ~7 minutes a sweep on 2 cores (12/s measured), so participants
+# live long enough (MIN_LIFE_S) for their memory to be judged
+REPEATS = int(_env("TRACR_SOAK_REPEATS", 1600))
+LIVENESS_S = _env("TRACR_SOAK_LIVENESS_S", 20)
+#: every third flap lasts longer than the liveness timeout: the run ends and is resumed
+LONG_DOWN_S = _env("TRACR_SOAK_LONG_DOWN_S", LIVENESS_S + 15)
 RUN_TIMEOUT_S = _env("TRACR_SOAK_RUN_TIMEOUT_S", 1200)
 
 pytestmark = [
@@ -67,6 +73,7 @@ SETS = [
     "dataset.params.limit=4",
     "run.warmup=2",
     f"run.timeout_s={RUN_TIMEOUT_S:g}",
+    f"run.liveness_timeout_s={LIVENESS_S:g}",
 ]
 
 
@@ -164,7 +171,8 @@ class Memory:
 
 @dataclass
 class Flapper:
-    """Takes one lab host's link down for DOWN_S every FLAP_EVERY_S, alternating hosts."""
+    """Takes one lab host's link down every FLAP_EVERY_S, alternating hosts: for DOWN_S
+    (TCP rides it out), every third time for LONG_DOWN_S (the partner is lost)."""
 
     links: list[tuple[str, str]]  # (namespace, interface)
     flaps: int = 0
@@ -187,7 +195,7 @@ class Flapper:
             ns, ifname = self.links[i % len(self.links)]
             self._set(ns, ifname, "down")
             try:
-                self.stop.wait(DOWN_S)
+                self.stop.wait(LONG_DOWN_S if i % 3 == 2 else DOWN_S)
             finally:
                 self._set(ns, ifname, "up")  # always back up, even when the soak ends
             self.flaps += 1
@@ -313,7 +321,7 @@ def test_soak_sweeps_with_a_flapping_link(cfg):
         flapper.stop.set()
         for t in threads:
             if t.is_alive():
-                t.join(timeout=DOWN_S + 60)
+                t.join(timeout=LONG_DOWN_S + 60)
         down = _tracr("lab", "down", timeout=300)
 
     slopes = memory.slopes()
