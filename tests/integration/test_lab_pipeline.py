@@ -23,7 +23,7 @@ ON_LAB = [
 
 
 @pytest.fixture
-def lab3(request):
+def lab3(request, cfg):
     from app_api import lab
 
     if subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip():
