@@ -51,7 +51,7 @@ class Route:
         if len(self.route) < 1 or len(self.cuts) != len(self.route) - 1:
             raise TracrError(f"a route of {len(self.route)} participants needs "
                              f"{max(0, len(self.route) - 1)} cuts, got {list(self.cuts)}")
-        if any(b < a for a, b in zip(self.cuts, self.cuts[1:])):
+        if any(b < a for a, b in zip(self.cuts, self.cuts[1:], strict=False)):
             raise TracrError(f"cuts must not decrease along the route: {list(self.cuts)}")
         if len(set(self.route)) != len(self.route):
             raise TracrError(f"a participant appears twice in the route {list(self.route)}")

@@ -92,7 +92,7 @@ def test_throughput_mode_keeps_several_inferences_in_flight(tmp_path):
     ids = sorted(by_inf, key=int)
     last_hop = max(by_inf[ids[0]], key=int)
     overlaps = sum(float(by_inf[j]["0"]["t_start_ms"]) < float(by_inf[i][last_hop]["t_end_ms"])
-                   for i, j in zip(ids, ids[1:]))
+                   for i, j in zip(ids, ids[1:], strict=False))
     assert overlaps >= len(ids) // 2
     assert (res.run_dir / "plots" / "timeline.png").exists()
 

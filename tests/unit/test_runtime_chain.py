@@ -77,3 +77,37 @@ def test_a_configuration_summary_adds_up():
     assert row["bytes_per_inference"] == 3000
     rows = stage_rows(done[0], route.label, "throughput")
     assert [r["hop"] for r in rows] == [0, 1, 2] and rows[1]["config"] == "3/9"
+
+
+def test_a_pipeline_summary_compares_with_the_baselines_of_the_same_run():
+    from app_api.runner.pipeline import pipeline_summary
+
+    configs = [
+        {"cuts": [3, 9], "chain": ["e", "m", "c"], "mode": "throughput", "in_flight": 4,
+         "throughput_per_s": 90.0, "bound_per_s": 100.0, "predicted_throughput_per_s": 99.0,
+         "stages": [{"hop": 0}]},
+        {"cuts": [3, 9], "chain": ["e", "m", "c"], "mode": "latency", "throughput_per_s": 40.0},
+        {"cuts": [], "chain": ["m"], "mode": "single", "throughput_per_s": 45.0},
+        {"cuts": [], "chain": ["e"], "mode": "single", "throughput_per_s": 30.0},
+    ]
+    s = pipeline_summary(configs)
+    assert s["throughput_per_s"] == 90.0 and s["bound_per_s"] == 100.0
+    assert s["stages"] == [{"hop": 0}]
+    r = s["pipeline"]["ratios"]
+    assert r["throughput_over_bound"] == pytest.approx(0.9)
+    assert r["pipelined_over_sequential"] == pytest.approx(2.25)
+    assert r["pipelined_over_single"] == pytest.approx(2.0)
+    assert r["predicted_over_measured"] == pytest.approx(1.1)
+    assert s["pipeline"]["best_single"] == "m"
+    assert pipeline_summary([]) == {}
+
+
+def test_a_quota_d_host_is_planned_at_its_sustained_speed():
+    from experiment_design.partitioners.pipeline_partitioners import sustained_factor
+
+    assert sustained_factor({"full_ms": 10, "full_cpu_ms": 10}) == 1.0
+    q = {"full_ms": 10, "full_cpu_ms": 10, "cpu_quota": {"fraction": 0.5}}
+    assert sustained_factor(q) == pytest.approx(2.0)
+    # a multi-threaded pass already uses more than its quota's share per wall second
+    assert sustained_factor({**q, "full_cpu_ms": 15}) == pytest.approx(3.0)
+    assert sustained_factor({**q, "cpu_quota": {"fraction": 4.0}}) == 1.0
