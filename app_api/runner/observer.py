@@ -108,6 +108,8 @@ class Observer:
             t3 = time.perf_counter()
             try:
                 teardown(s)
+            except Exception as exc:  # the measured rows and the summary are kept regardless
+                s.errors.append(f"teardown: {type(exc).__name__}: {exc}")
             finally:
                 pulse.stop()
                 s.times["teardown_s"] = time.perf_counter() - t3

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from app_api.launch import ParticipantHandle
 from app_api.runner.state import RunState, parallel
+from experiment_design.errors import TracrError
 
 #: how long a participant may take to end by itself once asked (then it is killed)
 STOP_S = 10.0
@@ -35,6 +36,22 @@ def teardown(state: RunState) -> None:
 
     with state.owned:  # stopped in parallel (fast); the stack closes any the pool missed
         parallel(stop, list(state.handles.items()))
-    left = [f"{i}: {x}" for i, h in state.handles.items() for x in h.leftovers()]
+
+    def check(item: tuple[str, ParticipantHandle]) -> list[str]:
+        inst, h = item
+        try:
+            return [f"{inst}: {x}" for x in h.leftovers()]
+        except TracrError as exc:  # device unreachable (its link is down): say so, keep results
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            unchecked.append(f"{inst} ({first})")
+            return []
+
+    unchecked: list[str] = []
+    left = [x for found in parallel(check, list(state.handles.items())) for x in found or []]
     if left:
         state.errors.append("left behind after teardown: " + ", ".join(left))
+    if unchecked:
+        state.errors.append(
+            "could not check for leftovers on " + ", ".join(unchecked)
+            + "; a participant cut off from the observer exits by itself after its idle timeout"
+        )  # fmt: skip

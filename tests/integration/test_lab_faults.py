@@ -144,3 +144,67 @@ def test_link_down_for_10s_mid_run_ends_cleanly_and_leaves_nothing(cfg, tmp_path
     assert _namespaces() == []
     assert not [d.name for d in DeviceRegistry.load().devices() if "lab" in (d.tags or [])]
     assert not lab.state_path().exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_host_unreachable_through_teardown_keeps_the_results_and_cleans_itself(cfg, tmp_path):
+    """The cloud's link goes down and stays down until the run has ended: the run ends as
+    failed with its rows and summary kept (no traceback, no exit 2 "cannot reach"), says it
+    could not check that host for leftovers, and the cut-off participant removes itself.
+
+    Regression: the leftover check at teardown raised "cannot reach lab-2" when the host was
+    unreachable, so the run died without ``summary.json`` (seen in the soak)."""
+    import json
+
+    from app_api import lab
+
+    if _namespaces():
+        pytest.skip("a tracr lab is already up on this machine")
+    state = lab.up(hosts=2, verify=False)
+    cloud = state["hosts"][1]
+    sshds = {h["ns"]: h["sshd_pid"] for h in state["hosts"]}
+    out = tmp_path / "run"
+    argv = [sys.executable, "app.py", "experiment", "run", "alexnet-sweep-lab", "--out", str(out),
+            "--no-progress", "--set", "partitioner.params.repeats=200",
+            "--set", "dataset.params.limit=4", "--set", "run.warmup=1",
+            "--set", "run.liveness_timeout_s=8"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    log = open(tmp_path / "run.log", "w+")  # noqa: SIM115 - closed below
+    run = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    link_down = False
+    try:
+        deadline = time.monotonic() + 240
+        while _rows(out) < 1 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert run.poll() is None and _rows(out) >= 1, "no inference measured while running"
+        _set_link(cloud["ns"], cloud["veth_ns"], "down")
+        link_down = True
+        try:  # down until the run has ended: its teardown cannot reach the cloud's host
+            rc = run.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            rc = None
+        _set_link(cloud["ns"], cloud["veth_ns"], "up")
+        link_down = False
+        log.seek(0)
+        output = log.read()
+        assert rc is not None, "the run did not end within 180 s of losing its cloud:\n" + output[-3000:]
+        assert rc == 1, output[-3000:]
+        assert "Traceback" not in output, output[-3000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["status"] == "failed" and summary["inferences"] >= 1, summary
+        assert any("could not check for leftovers on cloud-1" in e for e in summary["errors"]), summary
+        # the cut-off participant exits by itself (idle timeout = the liveness timeout)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(_ns_pids(ns) - {p} for ns, p in sshds.items()):
+            time.sleep(0.5)
+        assert all(_ns_pids(ns) == {p} for ns, p in sshds.items()), "a participant outlived its observer"
+    finally:
+        if link_down:
+            _set_link(cloud["ns"], cloud["veth_ns"], "up")
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        log.close()
+        lab.down()
+    assert _namespaces() == []
