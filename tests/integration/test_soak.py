@@ -49,9 +49,15 @@ SAMPLE_S = _env("TRACR_SOAK_SAMPLE_S", 5)
 WARM_S = _env("TRACR_SOAK_WARM_S", 60)
 MIN_LIFE_S = _env("TRACR_SOAK_MIN_LIFE_S", 300)
 MAX_SLOPE_MB_H = _env("TRACR_SOAK_MAX_SLOPE", 64)
-# per split: 4800 inferences, ~7 minutes a sweep on 2 cores (12/s measured), so participants
-# live long enough (MIN_LIFE_S) for their memory to be judged
-REPEATS = int(_env("TRACR_SOAK_REPEATS", 1600))
+# A sweep visits each split REPEATS times in a row, PASSES times over: 3 x 50 x 32 = 4800
+# inferences, ~7 minutes on 2 cores (12/s measured), so participants live long enough
+# (MIN_LIFE_S) for their memory to be judged. Many short passes, not one long visit per
+# split: every split's code path and buffer sizes are in use within the warm-up, so what
+# grows afterwards is a leak. (With 1600 in a row, glibc's heap stepped up 1-3 MB at each
+# new split and mid-split, ~6 MB in 5 minutes, read as 60-80 MB/hour; visiting the splits
+# in turn, a local edge grew 0.7 MB in 224 s and 8,000 inferences.)
+REPEATS = int(_env("TRACR_SOAK_REPEATS", 50))
+PASSES = int(_env("TRACR_SOAK_PASSES", 32))
 LIVENESS_S = _env("TRACR_SOAK_LIVENESS_S", 20)
 #: every third flap lasts longer than the liveness timeout: the run ends and is resumed
 LONG_DOWN_S = _env("TRACR_SOAK_LONG_DOWN_S", LIVENESS_S + 15)
@@ -69,6 +75,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOSTS = 2
 SETS = [
     f"partitioner.params.repeats={REPEATS}",
+    f"+partitioner.params.passes={PASSES}",
     "+partitioner.params.splits=[0,8,21]",  # the input, a middle cut, the last layer
     "dataset.params.limit=4",
     "run.warmup=2",
@@ -211,6 +218,17 @@ class Tally:
     failed: int = 0
     runs: dict[str, int] = field(default_factory=dict)
     resume_refused: list[str] = field(default_factory=list)  # stderr of each refusal
+    endings: list[dict] = field(default_factory=list)  # why each run that was not ok ended
+
+    def ending(self, run_dir: Path, cp: subprocess.CompletedProcess) -> None:
+        """Record why a run ended unfinished: its summary's reason and errors, else stderr."""
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+            why = {"incomplete": (summary.get("incomplete") or {}).get("reason"),
+                   "errors": [e[:200] for e in summary.get("errors", [])[-3:]]}  # fmt: skip
+        except (OSError, ValueError):
+            why = {"no summary.json": cp.stderr.strip()[-400:]}
+        self.endings.append({"run": run_dir.name, "exit": cp.returncode, **why})
 
     def count(self, run_dir: Path, seen: int, retry: bool) -> int:
         """Add the rows of ``run_dir`` after the first ``seen``; return the rows there now."""
@@ -308,6 +326,8 @@ def test_soak_sweeps_with_a_flapping_link(cfg):
             seen = tally.count(out, start, retry=previous is not None)
             ending = {0: "ok", 1: "failed", 130: "interrupted"}.get(cp.returncode, "error")
             tally.runs[ending] = tally.runs.get(ending, 0) + 1
+            if ending != "ok":
+                tally.ending(out, cp)
             if ending == "error":
                 problems.append(f"{out.name}: exit {cp.returncode}: {cp.stderr.strip()[-500:]}")
                 break
@@ -332,6 +352,7 @@ def test_soak_sweeps_with_a_flapping_link(cfg):
         "inferences": {"succeeded": tally.succeeded, "retried": tally.retried,
                        "failed": tally.failed},  # fmt: skip
         "resume_refused": tally.resume_refused,
+        "endings": tally.endings,
         "participants": slopes,
     }  # fmt: skip
     print("\nSOAK " + json.dumps(report, indent=2))
@@ -340,6 +361,6 @@ def test_soak_sweeps_with_a_flapping_link(cfg):
     assert not problems and not flapper.errors, (problems, flapper.errors)
     assert tally.succeeded > 0 and tally.failed <= 0.05 * (tally.succeeded + tally.failed), report
     judged = [s for s in slopes if s["life_s"] >= MIN_LIFE_S and s["slope_mb_per_hour"] is not None]
-    assert judged, f"no participant lived {MIN_LIFE_S:g} s: raise TRACR_SOAK_REPEATS ({report})"
+    assert judged, f"no participant lived {MIN_LIFE_S:g} s: raise TRACR_SOAK_PASSES ({report})"
     grew = [s for s in judged if s["slope_mb_per_hour"] > MAX_SLOPE_MB_H]
     assert not grew, f"RSS grew faster than {MAX_SLOPE_MB_H:g} MB/hour: {grew}"
