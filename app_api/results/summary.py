@@ -84,10 +84,15 @@ def best_split(splits: list[dict]) -> int | None:
 
 def build_summary(rows: list[dict], **meta) -> dict:
     """summary.json content: meta keys + inferences, failed, splits, best_split, sum_e2e_s,
-    overhead (wall_s / sum of e2e)."""
+    overhead (wall_s / sum of e2e).
+
+    A resumed run (``resumed_from`` with the ``rows`` it copied) counts all its rows in the
+    statistics, but ``sum_e2e_s`` and ``overhead`` only over the rows measured in its own
+    ``wall_s``: the copied ones were timed by the run it resumes."""
     splits = split_stats(rows)
     failed = sum(1 for r in rows if r.get("error"))
-    e2e_sum = sum(v for v in (_num(r.get("e2e_ms")) for r in rows if not r.get("error"))
+    copied = int((meta.get("resumed_from") or {}).get("rows") or 0)
+    e2e_sum = sum(v for v in (_num(r.get("e2e_ms")) for r in rows[copied:] if not r.get("error"))
                   if v is not None) / 1e3
     summary = dict(meta)
     summary.update(

@@ -60,6 +60,18 @@ def test_build_summary_counts_best_split_and_overhead():
     assert {"experiment", "run_id", "wall_s", "splits"} <= set(s)
 
 
+def test_a_resumed_runs_overhead_counts_only_its_own_rows():
+    """Regression: the copied rows' e2e were added to this run's sum, so a resumed run's
+    overhead read below 1 (0.785 measured: wall 119 s against sum(e2e) 152 s)."""
+    copied = [row(0, 100.0), row(0, 100.0)]  # timed by the run resumed
+    own = [row(1, 50.0), row(1, 50.0)]
+    s = build_summary(copied + own, experiment="e", run_id="r", wall_s=0.11,
+                      resumed_from={"run_id": "a", "dir": "/x", "rows": 2})
+    assert s["inferences"] == 4 and {x["split"] for x in s["splits"]} == {0, 1}
+    assert abs(s["sum_e2e_s"] - 0.1) < 1e-9
+    assert abs(s["overhead"] - 1.1) < 1e-9
+
+
 def test_csv_strings_are_accepted():
     rows = [
         {
