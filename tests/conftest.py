@@ -1,4 +1,4 @@
-"""Shared fixtures and the skip rules for SSH, lab and soak tests."""
+"""Shared fixtures and the skip rules for SSH, lab, soak and long tests."""
 
 from __future__ import annotations
 
@@ -34,10 +34,14 @@ def pytest_collection_modifyitems(config, items):
     need_ssh = any("ssh" in item.keywords or "lab" in item.keywords for item in items)
     sshd = _sshd_path() if need_ssh else None
     netns = _netns_ok() if any("lab" in item.keywords for item in items) else False
-    soak = "soak" in (config.getoption("markexpr") or "") or bool(os.environ.get("TRACR_SOAK"))
+    expr = config.getoption("markexpr") or ""
+    soak = "soak" in expr or bool(os.environ.get("TRACR_SOAK"))
+    long = "long" in expr or bool(os.environ.get("TRACR_LONG"))
     for item in items:
         if "soak" in item.keywords and not soak:
             item.add_marker(pytest.mark.skip(reason="soak test: run with -m soak or TRACR_SOAK=1"))
+        if "long" in item.keywords and not long:
+            item.add_marker(pytest.mark.skip(reason="long lab study: run with -m long or TRACR_LONG=1"))
         if "ssh" in item.keywords and not sshd:
             item.add_marker(pytest.mark.skip(reason="no sshd (apt-get install openssh-server)"))
         if "lab" in item.keywords and not (netns and sshd):

@@ -228,9 +228,11 @@ class Exhaustive(CyclicPartitioner):
 
     Params: ``chain``: device instance names in stage order, the source first (default:
     the source, then the context's other devices in order); ``stages``: only the first
-    ``stages`` devices of that chain; ``objective``: the label the placements carry;
-    ``batch`` as for ``pipeline-dp``; and every ``cyclic`` param, for today's edge/cloud
-    runner, where it walks every valid split exactly as ``cyclic`` does.
+    ``stages`` devices of that chain; ``cuts``: only these cut tuples (e.g. ``[[5, 12],
+    [5, 13]]``, to measure a sweep's contenders again), in the order given; ``objective``:
+    the label the placements carry; ``batch`` as for ``pipeline-dp``; and every ``cyclic``
+    param, for today's edge/cloud runner, where it walks every valid split exactly as
+    ``cyclic`` does.
     """
 
     #: a pipeline run profiles every chain member, for the placements' predictions
@@ -238,9 +240,18 @@ class Exhaustive(CyclicPartitioner):
 
     def __init__(self, chain: Sequence[str] | None = None, stages: int | None = None,
                  objective: str = "throughput", batch: int | None = None,
-                 **params: Any) -> None:
+                 cuts: Sequence[Sequence[int]] | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.params.update(chain=chain, stages=stages, objective=objective, batch=batch)
+        if cuts is not None:
+            try:
+                self.cuts = [tuple(int(k) for k in c) for c in cuts]
+            except (TypeError, ValueError):
+                raise TracrError(f"exhaustive: cuts must be a list of cut lists, got {cuts!r}",
+                                 hint="e.g. partitioner.params.cuts=[[5,12],[5,13]]") from None
+            self.params["cuts"] = [list(c) for c in self.cuts]
+        else:
+            self.cuts = None
         self.objective = check_objective(objective)
         self.chain = list(chain) if chain is not None else None
         if stages is not None and int(stages) < 1:
@@ -259,5 +270,14 @@ class Exhaustive(CyclicPartitioner):
     def plan(self, ctx_like: PipelineContext | PartitionContext | Mapping) -> list[Placement]:
         """Every placement of the chain, in lexicographic order of the cuts."""
         pctx = as_pipeline_context(ctx_like, self.params)
-        return enumerate_placements(pctx.model, self.chain_of(pctx), pctx.links, pctx.devices,
-                                    self.objective)
+        every = enumerate_placements(pctx.model, self.chain_of(pctx), pctx.links, pctx.devices,
+                                     self.objective)
+        if self.cuts is None:
+            return every
+        by_cuts = {p.cuts: p for p in every}
+        missing = [list(c) for c in self.cuts if c not in by_cuts]
+        if missing:
+            raise TracrError(f"exhaustive: cuts {missing} are not placements of the chain "
+                             f"{self.chain_of(pctx)}",
+                             hint="each needs one cut per boundary, increasing, at valid splits")
+        return [by_cuts[c] for c in dict.fromkeys(self.cuts)]

@@ -384,6 +384,19 @@ def test_exhaustive_plan_with_a_chain_and_stages(alexnet, facts):
         create_partitioner("exhaustive", chain=["b", "a"]).plan(pctx)
 
 
+def test_exhaustive_cuts_measures_only_the_tuples_given_in_their_order(alexnet, facts):
+    devices = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20})
+    pctx = PipelineContext(facts, devices, full_mesh(devices, LinkFacts(1e7, 1.0)), "a")
+    every = {p.cuts: p for p in create_partitioner("exhaustive").plan(pctx)}
+    got = create_partitioner("exhaustive", cuts=[[5, 12], [3, 7], [5, 12]]).plan(pctx)
+    assert [p.cuts for p in got] == [(5, 12), (3, 7)]
+    assert got[0] == every[(5, 12)]  # the same placement, predictions included
+    with pytest.raises(TracrError, match="not placements"):
+        create_partitioner("exhaustive", cuts=[[12, 5]]).plan(pctx)
+    with pytest.raises(TracrError, match="list of cut lists"):
+        create_partitioner("exhaustive", cuts=[5, 12])
+
+
 def test_pipeline_dp_chain_restricts_the_devices(alexnet, facts):
     devices = cluster(alexnet[0], {"a": 1, "b": 10, "c": 50})
     pctx = PipelineContext(facts, devices, full_mesh(devices, LinkFacts(1e8, 0.5)), "a")
