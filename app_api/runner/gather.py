@@ -56,7 +56,11 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         state.errors.append(str(exc))
     model = dict(state.manifest.model)
     weights = "pretrained" if model.get("weights") else "random"
-    failed_rows = [r for r in w.rows if r.get("error")]
+    # A resumed run keeps the rows of the run it continues, failed ones too (as measured),
+    # but redoes those failures itself: only its own rows can fail it. (Counting the copied
+    # ones failed every resume of a run with one failed inference, for ever.)
+    copied = int((getattr(w, "resumed_from", None) or {}).get("rows") or 0)
+    failed_rows = [r for r in w.rows[copied:] if r.get("error")]
     reason = incomplete_reason(state, interrupted)
     ok = not state.errors and not failed_rows and not interrupted and reason is None
     t = state.times

@@ -95,3 +95,41 @@ def test_resume_refuses_a_complete_run_and_out_on_a_previous_run(tmp_path, monke
     done = subprocess.run(tracr("--resume", str(run)), cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "nothing to resume" in done.stderr, done.stderr
+
+
+def test_resuming_a_run_with_a_failed_inference_redoes_it_and_ends_ok(tmp_path, monkeypatch):
+    """Regression (seen in the soak): the resumed run kept the failed row of the run it
+    continued and counted it as its own failure, so it ended "failed" (exit 1) although it
+    had redone that inference, and so did every resume of it after (26 in a row)."""
+    import csv
+
+    monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
+    run, again = tmp_path / "run", tmp_path / "again"
+    sets = sum((["--set", s] for s in [*SETS[:2], "partitioner.params.repeats=2",
+                                       "+partitioner.params.splits=[0,1]"]), [])
+    r = subprocess.run(tracr("--out", str(run), *sets), cwd=REPO, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    # its last inference failed (a lost partner), as a run writes it: error set, no timings
+    rows = read_csv(run / "inferences.csv")
+    rows[-1].update(error="link to cloud-1 failed: receiving timed out", e2e_ms="",
+                    transfer_ms="", cloud_ms="")
+    with open(run / "inferences.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(dict(summary, status="failed")))
+
+    r = subprocess.run(tracr("--resume", str(run), "--out", str(again)), cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((again / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["failed"] == 1, summary
+    redone = read_csv(again / "inferences.csv")
+    assert len(redone) == len(rows) + 1 and not redone[-1]["error"]
+    assert redone[-1]["split"] == rows[-1]["split"]
+    assert all(s["count"] == 2 for s in summary["splits"])  # the failed one not counted
+    done = subprocess.run(tracr("--resume", str(again)), cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "nothing to resume" in done.stderr, done.stderr
