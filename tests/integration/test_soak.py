@@ -183,6 +183,7 @@ class Flapper:
 
     links: list[tuple[str, str]]  # (namespace, interface)
     flaps: int = 0
+    long_flaps: int = 0
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -200,12 +201,14 @@ class Flapper:
         i = 0
         while not self.stop.wait(FLAP_EVERY_S):
             ns, ifname = self.links[i % len(self.links)]
+            long = i % 3 == 2
             self._set(ns, ifname, "down")
             try:
-                self.stop.wait(LONG_DOWN_S if i % 3 == 2 else DOWN_S)
+                self.stop.wait(LONG_DOWN_S if long else DOWN_S)
             finally:
                 self._set(ns, ifname, "up")  # always back up, even when the soak ends
             self.flaps += 1
+            self.long_flaps += long
             i += 1
 
 
@@ -348,6 +351,7 @@ def test_soak_sweeps_with_a_flapping_link(cfg):
     report = {
         "soak_s": round(time.monotonic() - t_start),
         "flaps": flapper.flaps,
+        "long_flaps": flapper.long_flaps,
         "runs": tally.runs,
         "inferences": {"succeeded": tally.succeeded, "retried": tally.retried,
                        "failed": tally.failed},  # fmt: skip
@@ -359,6 +363,10 @@ def test_soak_sweeps_with_a_flapping_link(cfg):
 
     assert down.returncode == 0, down.stderr
     assert not problems and not flapper.errors, (problems, flapper.errors)
+    # every run that ended unfinished says why, and only the long flaps end runs
+    unexplained = [e for e in tally.endings if not e.get("incomplete") and not e.get("errors")]
+    assert not unexplained, f"runs that failed without a reason: {unexplained}"
+    assert len(tally.endings) <= flapper.long_flaps + 1, tally.endings
     assert tally.succeeded > 0 and tally.failed <= 0.05 * (tally.succeeded + tally.failed), report
     judged = [s for s in slopes if s["life_s"] >= MIN_LIFE_S and s["slope_mb_per_hour"] is not None]
     assert judged, f"no participant lived {MIN_LIFE_S:g} s: raise TRACR_SOAK_PASSES ({report})"
