@@ -16,7 +16,9 @@ It prints the inferences that succeeded, were retried (measured by a resumed or 
 run after a failure) and failed, and each participant's RSS slope in MB/hour (least
 squares over its samples after ``TRACR_SOAK_WARM_S``, default 60 s, of its life), and
 asserts: no run hangs (each ends within its ``run.timeout_s`` plus a margin), no process
-is left in the lab namespaces after a run, most inferences succeed, and every participant
+is left in the lab namespaces after a run, every run that ends unfinished says why in its
+``summary.json``, no more runs end unfinished than there were long flaps (plus one), most
+inferences succeed, and every participant
 that lived at least ``TRACR_SOAK_MIN_LIFE_S`` (300 s) grew by less than
 ``TRACR_SOAK_MAX_SLOPE`` MB/hour (default 64, generous: a leak of one 600 KB crossing
 tensor per inference at ~3 inferences/s is ~6 GB/hour).
