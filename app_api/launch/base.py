@@ -82,6 +82,11 @@ class ParticipantHandle(ABC):
     def alive(self) -> bool:
         """True while the participant process runs."""
 
+    def ended(self) -> str:
+        """How a participant that is no longer :meth:`alive` ended, for messages
+        (``died (pid N)``; a launcher that can tell a lost connection says so)."""
+        return f"died (pid {self.pid})" if self.pid else "died"
+
     # -- liveness --------------------------------------------------------------------------
     def heard(self) -> None:
         """Something arrived from the participant: it is alive."""

@@ -299,6 +299,19 @@ class SSHParticipant(ParticipantHandle):
         """True while the remote participant (and its ssh session) runs."""
         return self._proc is not None and self._proc.poll() is None and not self._stopped
 
+    def ended(self) -> str:
+        """``died (pid N)``, or, when ssh itself gave up on the device (its keep-alives
+        unanswered, the connection reset), that the device was cut off: the participant
+        may well still run there, and exits by itself after its idle timeout."""
+        if self._proc is not None and self._proc.poll() is not None:
+            for t in self._threads:  # ssh has exited: its last words are on their way
+                t.join(timeout=1.0)
+        lost = next((ln for ln in reversed(self._stderr) if any(
+            m in ln for m in SSH_LOST)), None)  # fmt: skip
+        if lost:
+            return f"was cut off (ssh: {lost.strip()})"
+        return super().ended()
+
     def stderr_tail(self, n: int = 20) -> str:
         """Last ``n`` lines the participant (or ssh) wrote to stderr."""
         return "\n".join(list(self._stderr)[-n:])
@@ -415,6 +428,11 @@ class SSHParticipant(ParticipantHandle):
         if not self.workdir and not self.pid:
             return []
         return remote_leftovers(self._device, self.workdir, self.pid)
+
+
+#: what ssh writes when it loses the connection (not the participant ending)
+SSH_LOST = ("not responding", "Connection reset", "Broken pipe", "Connection closed by",
+            "Connection timed out", "No route to host", "Network is unreachable")
 
 
 class SSHLauncher(Launcher):

@@ -132,7 +132,7 @@ class ParticipantClient:
             if not h.alive():
                 tail = h.stderr_tail(8)
                 raise ParticipantLost(
-                    f"participant {self.instance} on {h.host_label} died during {method}()",
+                    f"participant {self.instance} on {h.host_label} {_ended(h)} during {method}()",
                     hint=tail or None,
                 ) from None
             raise TracrError(f"{self.instance} on {h.host_label}: {method}() failed: "
@@ -149,7 +149,7 @@ class ParticipantClient:
             self.guard()
         if not h.alive():
             raise ParticipantLost(
-                f"participant {self.instance} on {h.host_label} died during {method}()",
+                f"participant {self.instance} on {h.host_label} {_ended(h)} during {method}()",
                 hint=h.stderr_tail(8) or None,
             )
         if h.silent_for() > self.liveness_s:
@@ -228,3 +228,9 @@ class ParticipantClient:
         if out != want:
             raise TracrError(f"{self.instance} on {self.handle.host_label}: {method}() "
                              f"answered {out!r}, expected {want!r}")
+
+
+def _ended(h: ControlHandle) -> str:
+    """How ``h`` ended: its launcher's words (``was cut off (ssh: ...)``), else ``died``."""
+    ended = getattr(h, "ended", None)
+    return ended() if callable(ended) else "died"

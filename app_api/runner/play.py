@@ -157,7 +157,7 @@ class Playbook:
                 continue
             if not h.alive():
                 self.dead.add(inst)
-                self.abort(f"participant {inst} on {h.host_label} died (pid {h.pid})", True)
+                self.abort(f"participant {inst} on {h.host_label} {h.ended()}", True)
                 self.current.pop(inst, None)
             elif h.silent_for() > limit:
                 self.dead.add(inst)
