@@ -366,9 +366,10 @@ def down(*, say=lambda msg: None) -> dict:
         problems = lab_state.validate_state(state, known_hosts_path())
         if problems:
             refused.append(
-                f"the lab state file {lab_state.state_path()} was not written by tracr "
-                f"({'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}); "
-                "it was ignored and only what is found by the lab's own names was removed"
+                f"the lab state file {lab_state.state_path()} is not what 'lab up' writes for "
+                f"this user ({'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}): "
+                "a lab started with another TRACR_CONFIG_DIR, or a tampered file; it was "
+                "ignored and only what is found by the lab's own names was removed"
             )
             state = None
     state = state or new_state()

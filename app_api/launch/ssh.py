@@ -46,7 +46,7 @@ from app_api.launch.base import (
 from app_api.launch.bundle import BOOT_PREFIX, bootstrap_command, build_bundle, bundle_header
 from app_api.launch.remote import control_dir, free_local_port, remote_leftovers
 from experiment_design.errors import TracrError
-from experiment_design.protocol import ALIVE_LINE, PARTICIPANT_MODULE, Ready
+from experiment_design.protocol import ALIVE_LINE, HEARTBEAT_S, PARTICIPANT_MODULE, Ready
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +310,13 @@ class SSHParticipant(ParticipantHandle):
             m in ln for m in SSH_LOST)), None)  # fmt: skip
         if lost:
             return f"was cut off (ssh: {lost.strip()})"
+        # ssh logs only errors, and its keep-alive timeout is not one: it exits 255 (as it
+        # does for a participant killed by a signal), but a participant that died had
+        # spoken a heartbeat ago, while a cut-off one went silent long before ssh gave up.
+        silent = self.silent_for()
+        if (self._proc is not None and self._proc.returncode == 255
+                and silent >= SSH_GIVE_UP_SILENCE_S):
+            return f"was cut off (ssh: connection lost, nothing heard for {silent:.0f} s)"
         return super().ended()
 
     def stderr_tail(self, n: int = 20) -> str:
@@ -431,6 +438,9 @@ class SSHParticipant(ParticipantHandle):
 
 
 #: what ssh writes when it loses the connection (not the participant ending)
+# Heartbeats come every HEARTBEAT_S; ssh gives up after ServerAliveInterval x
+# ServerAliveCountMax (15 s) unanswered. Longer than a few missed beats means cut off.
+SSH_GIVE_UP_SILENCE_S = 5 * HEARTBEAT_S
 SSH_LOST = ("not responding", "Connection reset", "Broken pipe", "Connection closed by",
             "Connection timed out", "No route to host", "Network is unreachable")
 

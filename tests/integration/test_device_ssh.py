@@ -168,6 +168,11 @@ def test_killed_participant_leaves_no_dir(loopback_sshd):
     handle = SSHLauncher(loopback_sshd.device()).start(_spec("edge"))
     os.kill(handle.pid, signal.SIGKILL)  # loopback: the remote python is a local process
     assert _wait_gone(handle.pid, handle.workdir, 15)  # the sh wrapper removed the dir
+    deadline = time.monotonic() + 10
+    while handle.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # it died; its ssh session did not lose the device
+    assert handle.ended() == f"died (pid {handle.pid})"
     handle.stop()
     assert handle.leftovers() == []
 

@@ -149,7 +149,7 @@ def test_forged_state_is_refused_and_nothing_else_is_touched(cfg, tmp_path, lab_
         assert "pi4" in DeviceRegistry.load()
         links = subprocess.run(["ip", "link", "show", victim_link], capture_output=True)
         assert links.returncode == 0
-        assert any("not written by tracr" in r and "../../etc" in r for r in removed["refused"])
+        assert any("not what 'lab up' writes" in r and "../../etc" in r for r in removed["refused"])
         assert not lab_state.state_path().exists()
     finally:
         sleeper.kill()
