@@ -142,8 +142,12 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
                 again[tuple(r["cuts"])].append(r["throughput_per_s"])
     best = {c: sum(v) / len(v) for c, v in again.items()}
     top = max(best, key=best.get)
-    # pipeline-dp's choice: measured in the race when it is a cut pair, else in its own run
-    dp_measured = best.get(dp_cuts, dp.summary["throughput_per_s"])
+    # pipeline-dp's choice: measured in the race when it is a cut pair on the race's chain
+    # (longer), else in its own run (pipeline-dp may order the hosts differently)
+    same_chain = list(chosen.get("chain") or []) == ["edge-1", "stage-1", "cloud-1"]
+    dp_measured = (best[dp_cuts] if same_chain and dp_cuts in best
+                   else dp.summary["throughput_per_s"])
+    dp_cuts_raced = best.get(dp_cuts, dp_measured)
     predicted = next(c["predicted_throughput_per_s"] for c in dp.summary["pipeline"]["configs"]
                      if c["mode"] == "throughput")
     report = {
@@ -152,10 +156,11 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
         "raced": {str(list(c)): round(v, 2) for c, v in best.items()},
         "pipeline_dp": {"cuts": list(dp_cuts), "chain": chosen.get("chain"),
                         "predicted_per_s": predicted, "measured_per_s": round(dp_measured, 2),
-                        "own_run_per_s": round(dp.summary["throughput_per_s"], 2)},
-        "dp_over_best": round(dp_measured / best[top], 3),
+                        "own_run_per_s": round(dp.summary["throughput_per_s"], 2),
+                        "raced_per_s": round(dp_cuts_raced, 2)},
+        "dp_over_best": round(dp_cuts_raced / best[top], 3),
         "predicted_over_measured": round(predicted / dp_measured, 3) if predicted else None,
     }  # fmt: skip
     print("\nEXHAUSTIVE " + json.dumps(report, indent=2))
-    assert dp_measured >= 0.95 * best[top], report
+    assert dp_cuts_raced >= 0.95 * best[top], report
     assert predicted and abs(predicted / dp_measured - 1) <= 0.10, report
