@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+RUN_HELP = ("'last', an experiment's name (its latest run), EXPERIMENT/last, a run id, "
+            "EXPERIMENT/RUN-ID, or a run directory")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``tracr results ...``."""
     from app_api.results.pareto import DEFAULT_OBJECTIVES, OBJECTIVES
@@ -26,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_ls)
     show = rsub.add_parser("show", help="per split point: latency split into edge/transfer/cloud")
-    show.add_argument("run", metavar="RUN|last", help="run id, experiment/run-id, path, or 'last'")
+    show.add_argument("run", metavar="RUN|last", help=RUN_HELP)
     show.add_argument("--json", action="store_true", help="print summary.json exactly")
     show.set_defaults(func=cmd_show)
     pareto = rsub.add_parser(
@@ -34,8 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="The configurations of a pipeline sweep (configs.csv) that no other "
                     "configuration at the same bandwidth and batch beats in every objective. "
                     "Draws plots/pareto.png when it is missing (or with --plot).")
-    pareto.add_argument("run", metavar="RUN|last",
-                        help="run id, experiment/run-id, path, or 'last'")
+    pareto.add_argument("run", metavar="RUN|last", help=RUN_HELP)
     pareto.add_argument("--objectives", default=",".join(DEFAULT_OBJECTIVES),
                         help="comma-separated, among: " + "; ".join(
                             f"{name} ({what})" for name, (_, _, what) in OBJECTIVES.items())
@@ -111,15 +114,28 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     ``plots/pareto.png`` when it is missing or ``--plot`` asks."""
     import json
 
-    from app_api.results import CONFIGS_FILE, find_run, pareto_front, parse_objectives, read_configs
+    from app_api.results import (
+        CONFIGS_FILE,
+        find_run,
+        pareto_front,
+        parse_objectives,
+        read_configs,
+        read_group_configs,
+    )
     from experiment_design.errors import TracrError
 
     objectives = parse_objectives(args.objectives)
     run_dir = Path(find_run(args.run))
-    if not (run_dir / CONFIGS_FILE).is_file():
+    if (run_dir / CONFIGS_FILE).is_file():
+        rows = read_configs(run_dir)
+    elif (run_dir / "group.json").is_file():  # a rate sweep: every rate's run, per rate
+        rows = read_group_configs(run_dir)
+    else:
+        rows = []
+    if not rows:
         raise TracrError(NO_CONFIGS, hint=f"{run_dir} has no {CONFIGS_FILE}; a split sweep's "
                                           f"results: tracr results show {args.run}")
-    groups = pareto_front(read_configs(run_dir), objectives)
+    groups = pareto_front(rows, objectives)
     plot, drawn = _pareto_plot(groups, objectives, run_dir, redraw=args.plot)
     if args.json:
         print(json.dumps(pareto_json(groups, objectives, run_dir, plot, args.all), indent=2))

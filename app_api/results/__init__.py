@@ -27,6 +27,7 @@ from app_api.results.store import (
     prepare_resume,
     read_configs,
     read_csv,
+    read_group_configs,
     results_root,
     safe_cell,
 )
@@ -37,5 +38,5 @@ __all__ = [
     "LAYER_COLUMNS", "OBJECTIVES", "ParetoGroup", "ResultsWriteError", "RunWriter", "best_split",
     "build_summary", "claim_run_dir", "complete_rows", "config_label", "find_run", "list_runs",
     "load_summary", "new_run_id", "pareto_front", "parse_objectives", "prepare_resume",
-    "read_configs", "read_csv", "results_root", "safe_cell", "split_stats",
+    "read_configs", "read_group_configs", "read_csv", "results_root", "safe_cell", "split_stats",
 ]

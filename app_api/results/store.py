@@ -362,6 +362,26 @@ def read_configs(path: str | os.PathLike) -> list[dict]:
     return out
 
 
+def read_group_configs(group_dir: str | os.PathLike) -> list[dict]:
+    """The configurations of every run of a bandwidth group (``group.json``), as
+    :func:`read_configs` returns them, each labelled with its run's rate when the run did
+    not record one; [] when no run of the group measured configurations."""
+    group_dir = Path(group_dir)
+    try:
+        group = json.loads((group_dir / "group.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise TracrError(f"{group_dir}: no readable group.json ({exc})") from exc
+    out: list[dict] = []
+    for member in group.get("rows") or []:
+        run_dir = group_dir / str(member.get("run") or "")
+        if not (run_dir / CONFIGS_FILE).is_file():
+            continue
+        for row in read_configs(run_dir):
+            row["bandwidth"] = row.get("bandwidth") or member.get("bandwidth")
+            out.append(row)
+    return out
+
+
 def _typed_cell(col: str, text: str | None, path: Path, line: int) -> Any:
     if col in ("cuts", "chain"):
         parts = [p for p in (text or "").split(";") if p]
@@ -482,12 +502,20 @@ def load_summary(run_dir: Path) -> dict | None:
 
 
 def find_run(ref: str, root: Path | None = None) -> Path:
-    """Resolve ``last``, a run id, ``experiment/run-id``, an experiment name (its latest
-    run) or a directory path to a run directory."""
+    """Resolve ``last``, a run id, ``experiment/run-id``, ``experiment/last`` or an
+    experiment name (its latest run), or a directory path to a run directory."""
     p = Path(ref)
     if ref not in ("last",) and p.is_dir() and any((p / f).exists() for f in RUN_FILES):
         return p
     runs = list_runs(root)
+    if ref.endswith("/last"):
+        experiment = ref[: -len("/last")]
+        runs = [r for r in runs if r["experiment"] == experiment]
+        if not runs:
+            raise TracrError(f"No runs of {experiment!r} yet.",
+                             hint=f"run one with `tracr experiment run {experiment}`, "
+                             "or see `tracr results ls`")
+        return runs[-1]["dir"]
     if ref == "last":
         if not runs:
             raise TracrError("No runs yet.", hint="run one with `tracr experiment run NAME`")

@@ -37,3 +37,8 @@ class LabFacts:
     def link_report(self) -> dict | None:
         """The lab link report to record (a fresh dict), or None when there is none."""
         return dict(self.link) if self.link else None
+
+    def link_bandwidth(self) -> str | None:
+        """The rate the lab link was shaped to for this run (``"8MB/s"``), or None."""
+        conf = (self.link or {}).get("configured") or {}
+        return conf.get("bandwidth") or None

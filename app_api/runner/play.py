@@ -142,6 +142,12 @@ class Playbook:
             r["instance"] = r.get("instance") or inst
         self.state.writer.add_stages(st.stages)
         if st.configs:
+            # a configuration over a shaped lab link is labelled with its rate, so fronts
+            # are drawn per bandwidth (a rate sweep's runs, or one run on a shaped lab)
+            rate = self.state.facts.link_bandwidth()
+            for c in st.configs:
+                if rate and not c.get("bandwidth"):
+                    c["bandwidth"] = rate
             self.state.configs.extend(st.configs)
             self.state.writer.add_configs([{k: v for k, v in c.items() if k != "stages"}
                                            for c in st.configs])

@@ -58,6 +58,10 @@ def test_pipeline_dp_predicts_the_throughput_it_gets(lab3, cfg):
     assert 0.7 < r["predicted_over_measured"] < 1.4
     assert r["throughput_over_bound"] > 0.6
     assert r["pipelined_over_single"] > 1.0  # never loses to not splitting
+    from app_api.results import read_configs
+
+    # measured over the lab's shaped link: every configuration carries its rate
+    assert {c["bandwidth"] for c in read_configs(res.run_dir)} == {"32MB/s"}
 
 
 @pytest.mark.parametrize("lab3", [(0.6, 0.1, 0.6)], indirect=True)

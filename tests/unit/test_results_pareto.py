@@ -269,6 +269,30 @@ def test_cli_prints_the_front_per_group_and_draws_the_plot(tmp_path, capsys):
     assert "front" not in line and "drawn before" in out
 
 
+def test_cli_draws_a_rate_sweep_front_per_rate(tmp_path, capsys):
+    """A rate sweep (network.bandwidths) is a group of runs, one per rate: its fronts come
+    from every run, each labelled with its rate (before: "has no configs.csv")."""
+    from app_api.runner.bandwidths import group_row, write_group
+
+    group = tmp_path / "group"
+    members = []
+    for bw, sub, thr in (("4MB/s", "bw-4MBps", 20.0), ("16MB/s", "bw-16MBps", 60.0)):
+        w = RunWriter("pipe", out_dir=group / sub)
+        # the configurations as a run records them (no rate of their own)
+        w.add_configs([row([8, 40], 30.0, thr, bw=""), row([8, 30], 35.0, thr - 5, bw="")])
+        w.close()
+        summary = {"experiment": "pipe", "run_id": w.run_id, "status": "ok"}
+        w.write_json("summary.json", summary)
+        members.append(group_row(bw, summary, w.dir, group))
+    write_group(group, {"kind": "bandwidth-group", "experiment": "pipe", "rows": members,
+                        "status": "ok"})
+    assert tracr("results", "pareto", str(group), "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(g["bandwidth"], [r["config"] for r in g["front"]]) for g in doc["groups"]] == [
+        ("4MB/s", ["8/40"]), ("16MB/s", ["8/40"])]
+    assert (group / "plots" / "pareto.png").read_bytes().startswith(PNG_MAGIC)
+
+
 def test_cli_json_parses_and_finds_the_run_as_last(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
     w = RunWriter("pipe")

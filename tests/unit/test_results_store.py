@@ -80,6 +80,9 @@ def test_round_trip(tmp_path, monkeypatch):
     assert find_run("last") == w2.dir
     assert find_run(w.run_id) == w.dir
     assert find_run("exp-a") == w.dir
+    assert find_run("exp-a/last") == w.dir and find_run("exp-b/last") == w2.dir
+    with pytest.raises(TracrError, match="No runs of 'exp-c'"):
+        find_run("exp-c/last")
     assert find_run(str(w.dir)) == w.dir
     with pytest.raises(TracrError):
         find_run("no-such-run")
