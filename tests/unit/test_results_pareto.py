@@ -293,6 +293,19 @@ def test_cli_draws_a_rate_sweep_front_per_rate(tmp_path, capsys):
     assert (group / "plots" / "pareto.png").read_bytes().startswith(PNG_MAGIC)
 
 
+def test_show_does_not_print_an_overhead_for_a_pipelined_run(capsys):
+    """wall / sum(e2e) is below 1 when inferences overlap (0.657 printed before)."""
+    from app_api.cli.results import print_summary
+
+    base = {"experiment": "pipe", "run_id": "r", "inferences": 96, "failed": 0,
+            "status": "ok", "wall_s": 80.0, "sum_e2e_s": 122.0, "overhead": 0.656,
+            "splits": [], "best_split": None}
+    print_summary({**base, "pipeline": {"configs": [row([8], 10.0, 50.0)]}}, "r")
+    assert "overhead: - (pipelined: inferences overlap)" in capsys.readouterr().out
+    print_summary(base, "r")
+    assert "overhead: 0.656" in capsys.readouterr().out
+
+
 def test_cli_json_parses_and_finds_the_run_as_last(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
     w = RunWriter("pipe")
