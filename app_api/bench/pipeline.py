@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> dict:
 
     overrides = list(args.overrides)
     if args.local:
-        manifest = load_manifest(args.manifest)
-        overrides += [f"participant_instances.{i['name']}.device=localhost"
-                      for i in manifest.participant_instances]
+        # the file's instances, read before validation: their lab devices need not exist
+        overrides += [f"participant_instances.{name}.device=localhost"
+                      for name in _instance_names(args.manifest)]
     manifest = load_manifest(args.manifest, overrides)
     out = tempfile.mkdtemp(prefix="tracr-bench-pipeline-")
     result = execute(plan_runs(manifest), out_dir=out, progress=False)
@@ -66,8 +66,20 @@ def run(args: argparse.Namespace) -> dict:
         "met": {k: (ratios.get(k) is not None and (ratios[k] > v if k == "pipelined_over_single"
                                                     else ratios[k] >= v))
                 for k, v in TARGETS.items()},
+        # the hosts' CPU quotas and CFS periods: the latency-mode baseline depends on both
+        "lab_cpu": ((s.get("network") or {}).get("lab") or {}).get("cpu"),
         "run_dir": str(result.run_dir),
         "status": s.get("status"),
     }
     out_d["exit_code"] = 0 if result.ok else 1
     return out_d
+
+
+def _instance_names(name_or_path: str) -> list[str]:
+    """The participant instance names a manifest file declares (not validated)."""
+    from app_api.manifest import find_manifest
+    from app_api.manifest.yamlio import load_yaml_file
+
+    data, _ = load_yaml_file(find_manifest(name_or_path))
+    instances = (data or {}).get("participant_instances") or []
+    return [i["name"] for i in instances if isinstance(i, dict) and i.get("name")]

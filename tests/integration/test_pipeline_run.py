@@ -131,3 +131,23 @@ def test_a_stopped_middle_stage_ends_the_pipeline_within_the_liveness_timeout(tm
     assert any("stage-1" in e for e in res.errors), res.errors
     assert not [p for p in me.children(recursive=True) if "experiment_design.participant"
                 in " ".join(p.cmdline())]
+
+
+def test_bench_pipeline_local_runs_without_a_lab(tmp_path):
+    """`tracr bench pipeline --local` on a machine with no lab (before: exit 2, "Unknown
+    device 'lab-1'", from validating the manifest before moving it to localhost)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "bench", "pipeline", "--local", "--json",
+         "--set", "pipeline.count=8", "--set", "dataset.params.limit=2"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["status"] == "ok" and out["lab_cpu"] is None
+    assert len(out["stages"]) >= 1 and out["throughput_per_s"] > 0
+    for key in ("throughput_over_bound", "pipelined_over_sequential", "pipelined_over_single"):
+        assert out[key] > 0, key
