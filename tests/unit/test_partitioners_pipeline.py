@@ -432,3 +432,24 @@ def test_predict_scores_a_given_placement_and_rejects_broken_ones(alexnet, facts
     no_cut_5 = dataclasses.replace(facts, valid=tuple(k != 5 for k in range(n + 1)))
     with pytest.raises(TracrError, match="cut 5 is not a valid boundary"):
         predict(no_cut_5, [Stage("a", 1, 5), Stage("b", 6, n)], devices, links, "a")
+
+
+def test_a_quota_hosts_sustained_layer_times_take_their_shape_from_stall_free_runs():
+    """At 0.1 core a profiled pass spans ~20 CFS periods and back-to-back passes can stall on
+    the same layers, so the medians put a stall into a few layers; pipeline-dp then took a
+    stall-free run of layers for cheap and gave the 0.1-core host 69% of mobilenet_v2
+    (seen in CI). Each layer's fastest run is its share of the work."""
+    from experiment_design.partitioners.pipeline_partitioners import device_from_profile
+
+    quota = {"quota_ms": 1.0, "period_ms": 10.0, "fraction": 0.1, "source": "lab"}
+    profile = {"layers": {"1": 1.0, "2": 1.0, "3": 10.0, "4": 1.0},  # a stall on layer 3
+               "layers_min": {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0},
+               "full_ms": 40.0, "full_cpu_ms": 4.0, "cpu_quota": quota}
+    rows = [{} for _ in range(4)]
+    busy = device_from_profile("slow", profile, rows, sustained=True)
+    assert busy.layer_ms == pytest.approx((10.0, 10.0, 10.0, 10.0))
+    # without a quota (or for start-up latency) the medians stand, as before
+    alone = device_from_profile("slow", profile, rows, sustained=False)
+    assert alone.layer_ms == pytest.approx(tuple(40.0 * v / 13.0 for v in (1, 1, 10, 1)))
+    free = device_from_profile("fast", {**profile, "cpu_quota": None}, rows, sustained=True)
+    assert free.layer_ms == pytest.approx(tuple(40.0 * v / 13.0 for v in (1, 1, 10, 1)))
