@@ -177,7 +177,7 @@ class LayerRecord(TypedDict, total=False):
     """One layer of one inference on one side, one row of ``layers.csv``."""
 
     inference: int
-    instance: str  # set by the observer
+    instance: str  # the participant that ran the layer (else set by the observer)
     side: str
     index: int
     name: str

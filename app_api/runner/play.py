@@ -134,8 +134,8 @@ class Playbook:
         host = self.state.handles[inst].host_label
         for r in st.records:
             r["instance"], r["host"] = inst, host
-        for r in st.layers:
-            r["instance"] = inst
+        for r in st.layers:  # a pipeline's head reports every stage's layers, each by name
+            r["instance"] = r.get("instance") or inst
         self.state.writer.add_inferences(st.records)
         self.state.writer.add_layers(st.layers)
         for r in st.stages:

@@ -296,13 +296,19 @@ class EdgeRole(ChainMember):
         for s in stages:
             hop = int(s.get("hop", 0))
             side = "edge" if hop == 0 else "cloud" if hop == route.k - 1 else f"stage{hop}"
-            layer_rows += [_layer(c.iid, side, sm, int(i), float(ms))
+            layer_rows += [_layer(c.iid, side, sm, int(i), float(ms), s.get("instance"))
                            for i, ms in s.get("layers", [])]
         return row, layer_rows
 
 
 
-def _layer(iid: int, side: str, sm: Any, index: int, ms: float) -> LayerRecord:
+def _layer(iid: int, side: str, sm: Any, index: int, ms: float,
+           instance: str | None = None) -> LayerRecord:
+    """One layer row; ``instance`` is the stage that ran it (the observer fills in the
+    reporting participant when it is not known)."""
     info = sm.layers[index - 1]
-    return LayerRecord(inference=iid, side=side, index=index, name=info.name, type=info.type,
-                       ms=ms)
+    row = LayerRecord(inference=iid, side=side, index=index, name=info.name, type=info.type,
+                      ms=ms)
+    if instance:
+        row["instance"] = instance
+    return row

@@ -49,6 +49,11 @@ def test_every_cut_pair_of_a_three_stage_chain_gives_the_unsplit_output(tmp_path
     assert {r["hop"] for r in stages} == {"0", "1", "2"}
     for r in (r for r in stages if r["hop"] == "1"):
         assert int(r["first"]) <= int(r["last"]) + 1
+    # each layer row names the stage that ran it (before: the head, edge-1, for all of them)
+    names = {"edge": "edge-1", "stage1": "stage-1", "cloud": "cloud-1"}
+    layers = read_csv(res.run_dir / "layers.csv")
+    assert {r["instance"] for r in layers} == {"edge-1", "stage-1", "cloud-1"}
+    assert all(r["instance"] == names[r["side"]] for r in layers)
 
 
 def test_long_skip_connections_are_forwarded_through_a_middle_stage(tmp_path):
