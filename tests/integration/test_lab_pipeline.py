@@ -86,12 +86,16 @@ def test_a_much_slower_host_gets_little_and_the_plan_beats_memory_shares(lab3, c
     planned = _run("mobilenet_v2", common, cfg / "dp")
     assert planned.ok, planned.errors
     chosen = planned.summary["pipeline"]["chosen"]
-    stages = {st["instance"]: st for st in planned.summary["stages"]}
+    # "little" is little of the work: the model's FLOPs in its range. Its share of the
+    # *time* is no measure, since a throughput plan balances the stages' times (a host with
+    # 0.1 of the 1.3 cores is worth ~8% of the work; CI once saw 17-25% given to it).
+    flops = [row.get("flops") or 0 for row in sm.profile()]
     slow_share = 0.0
-    if "stage-1" in stages:  # taking part at all: only a small share of the work
-        total = sum(st["compute_ms"] for st in stages.values())
-        slow_share = stages["stage-1"]["compute_ms"] / total
-    assert "stage-1" not in chosen["chain"] or slow_share < 0.2, (chosen, stages)
+    for st in planned.summary["stages"]:
+        if st["instance"] == "stage-1":
+            slow_share = sum(flops[st["first"] - 1:st["last"]]) / sum(flops)
+    assert slow_share <= 0.1, (chosen, planned.summary["stages"])
+    ratios = planned.summary["pipeline"]["ratios"]
 
     fixed = _run("mobilenet_v2", [*common, "partitioner.name=exhaustive",
                                   f"+partitioner.params.splits=[{naive.cuts[0]},{naive.cuts[1]}]",
@@ -99,7 +103,8 @@ def test_a_much_slower_host_gets_little_and_the_plan_beats_memory_shares(lab3, c
                  cfg / "naive")
     assert fixed.ok, fixed.errors
     print(f"\nslow host (0.1 core): pipeline-dp {chosen} {planned.summary['throughput_per_s']:.1f}/s"
-          f" (stage-1 share {slow_share:.2f}); memory shares cuts {naive.cuts} "
+          f" (stage-1 FLOP share {slow_share:.3f}, predicted/measured "
+          f"{ratios['predicted_over_measured']:.2f}); memory shares cuts {naive.cuts} "
           f"{fixed.summary['throughput_per_s']:.1f}/s")
     assert planned.summary["throughput_per_s"] > fixed.summary["throughput_per_s"]
 
