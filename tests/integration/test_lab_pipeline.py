@@ -117,7 +117,7 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
     the best few and pipeline-dp's choice are measured again, in turn and longer (the best of
     ~190 short measurements is biased high by noise). pipeline-dp's choice reaches 95% of the
     best; its predicted throughput is within 10% of what its choice measures. Not in the
-    default suite (~20 minutes); run with ``-m long``."""
+    default suite (~5 minutes on 2 cores); run with ``-m long``."""
     import json
 
     from app_api.results.store import read_configs
