@@ -122,16 +122,16 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         read_configs,
         read_group_configs,
     )
+    from app_api.runner.bandwidths import load_group
     from experiment_design.errors import TracrError
 
     objectives = parse_objectives(args.objectives)
     run_dir = Path(find_run(args.run))
+    group = load_group(run_dir)  # a rate sweep: every rate's run, per rate
     if (run_dir / CONFIGS_FILE).is_file():
         rows = read_configs(run_dir)
-    elif (run_dir / "group.json").is_file():  # a rate sweep: every rate's run, per rate
-        rows = read_group_configs(run_dir)
     else:
-        rows = []
+        rows = read_group_configs(run_dir, group) if group is not None else []
     if not rows:
         raise TracrError(NO_CONFIGS, hint=f"{run_dir} has no {CONFIGS_FILE}; a split sweep's "
                                           f"results: tracr results show {args.run}")

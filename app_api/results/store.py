@@ -362,18 +362,13 @@ def read_configs(path: str | os.PathLike) -> list[dict]:
     return out
 
 
-def read_group_configs(group_dir: str | os.PathLike) -> list[dict]:
-    """The configurations of every run of a bandwidth group (``group.json``), as
-    :func:`read_configs` returns them, each labelled with its run's rate when the run did
-    not record one; [] when no run of the group measured configurations."""
-    group_dir = Path(group_dir)
-    try:
-        group = json.loads((group_dir / "group.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise TracrError(f"{group_dir}: no readable group.json ({exc})") from exc
+def read_group_configs(group_dir: str | os.PathLike, group: dict) -> list[dict]:
+    """The configurations of every run of a bandwidth group (its ``group.json``, loaded),
+    as :func:`read_configs` returns them, each labelled with its run's rate when the run
+    did not record one; [] when no run of the group measured configurations."""
     out: list[dict] = []
     for member in group.get("rows") or []:
-        run_dir = group_dir / str(member.get("run") or "")
+        run_dir = Path(group_dir) / str(member.get("run") or "")
         if not (run_dir / CONFIGS_FILE).is_file():
             continue
         for row in read_configs(run_dir):
@@ -508,15 +503,14 @@ def find_run(ref: str, root: Path | None = None) -> Path:
     if ref not in ("last",) and p.is_dir() and any((p / f).exists() for f in RUN_FILES):
         return p
     runs = list_runs(root)
-    if ref.endswith("/last"):
-        experiment = ref[: -len("/last")]
-        runs = [r for r in runs if r["experiment"] == experiment]
-        if not runs:
+    experiment = ref[: -len("/last")] if ref.endswith("/last") else None
+    if experiment is not None:
+        runs, ref = [r for r in runs if r["experiment"] == experiment], "last"
+    if ref == "last":
+        if not runs and experiment is not None:
             raise TracrError(f"No runs of {experiment!r} yet.",
                              hint=f"run one with `tracr experiment run {experiment}`, "
                              "or see `tracr results ls`")
-        return runs[-1]["dir"]
-    if ref == "last":
         if not runs:
             raise TracrError("No runs yet.", hint="run one with `tracr experiment run NAME`")
         return runs[-1]["dir"]
