@@ -41,10 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--cpu-period-ms",
         type=float,
-        default=10.0,
+        default=None,
         metavar="MS",
-        help="CFS period of the CPU quotas in ms (default 10: a quota'd host runs evenly "
-        "slower; a long period such as 100 runs at full speed, then stalls)",
+        help="CFS period of the CPU quotas in ms (default 10, longer for a quota under 0.1 "
+        "core, whose 1 ms minimum quota needs it: a quota'd host runs evenly slower; a long "
+        "period such as 100 runs at full speed, then stalls)",
     )
     up.add_argument(
         "--no-pin",

@@ -6,6 +6,7 @@ A host's sshd is placed in its cgroup, so every process started over SSH on that
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 10_000
 MIN_PERIOD_US = 1_000  # the kernel's limits for cpu.cfs_period_us / cpu.max
 MAX_PERIOD_US = 1_000_000
+MIN_QUOTA_US = 1_000  # the kernel refuses a smaller quota per period
 
 
 def cgroup_version() -> int | None:
@@ -62,16 +64,48 @@ def period_us(period_ms: float | None = None) -> int:
 
 
 def quota_us(fraction: float, period: int | None = None) -> int:
-    """Quota per CFS period (``period`` us, default PERIOD_US) for a CPU fraction."""
+    """Quota per CFS period (``period`` us, default PERIOD_US) for a CPU fraction.
+
+    Never rounded up to the kernel's 1 ms minimum: 0.6 core at a 1 ms period would become
+    a whole core, and every figure measured on that host would be for the wrong machine.
+    A fraction too small for the period is refused, naming the shortest period that fits.
+    """
     if not fraction > 0:
         raise TracrError(f"a CPU quota must be a positive fraction of a core, not {fraction}")
     period = PERIOD_US if period is None else int(period)
-    return max(1000, int(round(fraction * period)))  # the kernel's minimum quota is 1 ms
+    quota = int(round(fraction * period))
+    if quota < MIN_QUOTA_US:
+        raise TracrError(
+            f"{fraction:g} core per {period / 1000:g} ms period is a {quota / 1000:g} ms quota, "
+            f"below the kernel's {MIN_QUOTA_US // 1000} ms minimum",
+            hint=f"use a period of at least {shortest_period_us(fraction) / 1000:g} ms "
+            "(--cpu-period-ms), or a larger quota",
+        )
+    return quota
+
+
+def shortest_period_us(fraction: float) -> int:
+    """The shortest CFS period (us) at which ``fraction`` of a core is a valid quota."""
+    if not fraction > 0:
+        raise TracrError(f"a CPU quota must be a positive fraction of a core, not {fraction}")
+    return max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / fraction))
+
+
+def host_period_us(fraction: float, period: int | None = None) -> int:
+    """The period a host with ``fraction`` of a core gets when the lab asks for ``period``.
+
+    ``None`` (no period asked for) is the default, PERIOD_US, lengthened for a fraction too
+    small for it (0.05 core gets 20 ms, so its quota is exactly 1 ms); a period asked for is
+    kept as it is (quota_us refuses a fraction that does not fit it).
+    """
+    if period is None:
+        return max(PERIOD_US, shortest_period_us(fraction))
+    return int(period)
 
 
 def create(ns: str, fraction: float, period: int | None = None) -> Path:
     """Create host ``ns``'s cgroup with ``fraction`` of a CPU per ``period`` us; return its path."""
-    period = PERIOD_US if period is None else int(period)
+    period = host_period_us(fraction, period)
     path = cgroup_path(ns)
     path.mkdir(exist_ok=True)
     quota = quota_us(fraction, period)

@@ -36,8 +36,14 @@ from experiment_design.errors import TracrError
 log = logging.getLogger(__name__)
 
 
-def parse_quotas(items: list[str] | dict | None, hosts: int) -> dict[str, float]:
-    """``["lab-1=0.25", "lab-2=1.5"]`` (or a dict) -> ``{"lab-1": 0.25, ...}``, checked."""
+def parse_quotas(
+    items: list[str] | dict | None, hosts: int, period: int | None = None
+) -> dict[str, float]:
+    """``["lab-1=0.25", "lab-2=1.5"]`` (or a dict) -> ``{"lab-1": 0.25, ...}``, checked.
+
+    Each quota is checked against ``period`` (us; None: the default, which is lengthened
+    per host where a fraction needs it).
+    """
     if not items:
         return {}
     pairs = items.items() if isinstance(items, dict) else (_split_quota(i) for i in items)
@@ -54,7 +60,7 @@ def parse_quotas(items: list[str] | dict | None, hosts: int) -> dict[str, float]
             raise TracrError(
                 f"CPU quota for {name} must be a number of cores, not {value!r}"
             ) from None
-        cgroup.quota_us(fraction)  # range check
+        cgroup.quota_us(fraction, cgroup.host_period_us(fraction, period))  # range check
         out[name] = fraction
     return out
 
@@ -94,8 +100,9 @@ def up(
     if not 1 <= int(hosts) <= network.MAX_HOSTS:
         raise TracrError(f"--hosts must be between 1 and {network.MAX_HOSTS}, not {hosts}")
     rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
-    quotas = parse_quotas(cpu_quota, int(hosts))
-    period = cgroup.period_us(cpu_period_ms)  # the CFS period of every quota (range-checked)
+    # the CFS period asked for (range-checked; None: each host's default)
+    period = None if cpu_period_ms is None else cgroup.period_us(cpu_period_ms)
+    quotas = parse_quotas(cpu_quota, int(hosts), period)
     if quotas:
         cgroup.cgroup_path(
             "tracr-lab-probe"
@@ -146,7 +153,6 @@ def _build(
     state: dict, n: int, quotas: dict[str, float], say, period: int | None = None,
     pin: bool = True,
 ) -> None:
-    period = cgroup.PERIOD_US if period is None else int(period)
     cpus = sorted(os.sched_getaffinity(0))
     state["pinned"] = bool(pin) and n <= len(cpus)
     if pin and not state["pinned"]:
@@ -188,7 +194,8 @@ def _build(
             h.update(
                 cgroup=str(path),
                 cpu_quota=quotas[names["name"]],
-                cpu_period_us=cgroup.read_period_us(path) or period,
+                cpu_period_us=cgroup.read_period_us(path)
+                or cgroup.host_period_us(quotas[names["name"]], period),
             )
             save_state(state)
         pid = sshd.start_sshd(names["ns"], config, host_dir / "sshd.log")
@@ -219,7 +226,7 @@ def _build(
             h["cpu_measured"] = round(share, 3)
             say(
                 f"{h['name']}: cpu quota {h['cpu_quota']:g} core per "
-                f"{h.get('cpu_period_us', period) / 1000:g} ms period, busy loop got {share:.3f}"
+                f"{h['cpu_period_us'] / 1000:g} ms period, busy loop got {share:.3f}"
             )
     save_state(state)
 

@@ -161,7 +161,8 @@ def lab_quota(device: str) -> dict | None:
 
 
 def _cpu_quota(report: dict, device: str) -> dict | None:
-    """The CPU quota the lab put on ``device`` (``{quota_ms, period_ms, fraction, source}``).
+    """The CPU quota the lab put on ``device`` (``{quota_ms, period_ms, fraction, source}``,
+    and ``measured``: the share of a core a busy loop got under it when the lab came up).
 
     A participant reads its CFS quota from /sys/fs/cgroup; inside a lab host
     (``ip netns exec`` mounts a fresh /sys) that is not visible, but the lab knows
@@ -172,8 +173,11 @@ def _cpu_quota(report: dict, device: str) -> dict | None:
     if not quota:
         return None
     period_ms = float(cpu.get("period_us") or PERIOD_US) / 1000
-    return {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
-            "fraction": float(quota), "source": "lab"}
+    out = {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
+           "fraction": float(quota), "source": "lab"}
+    if cpu.get("measured"):
+        out["measured"] = float(cpu["measured"])
+    return out
 
 
 def run_plain(run: PlannedRun, out_dir: str | os.PathLike | None = None,

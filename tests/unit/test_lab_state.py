@@ -86,12 +86,35 @@ def test_parse_quotas():
 def test_quota_us():
     assert cgroup.quota_us(0.25, 100_000) == 25_000
     assert cgroup.quota_us(1.5, 100_000) == 150_000
-    assert cgroup.quota_us(0.001, 100_000) == 1000  # the kernel's minimum
+    assert cgroup.quota_us(0.01, 100_000) == 1000  # the kernel's minimum, exactly
     # the default period is short (10 ms), so a quota'd host is evenly slower
     assert cgroup.PERIOD_US == 10_000
     assert cgroup.quota_us(0.25) == 2_500
     assert cgroup.quota_us(1.5) == 15_000
-    assert cgroup.quota_us(0.05) == 1000  # clamped to the kernel's 1 ms minimum
+
+
+def test_a_quota_is_never_rounded_up_to_the_kernels_minimum():
+    # Regression: 0.6 core at a 1 ms period was written as a 1 ms quota per 1 ms, a whole
+    # core, and the lab reported the host as a 0.6-core one.
+    with pytest.raises(TracrError, match="below the kernel's 1 ms minimum") as err:
+        cgroup.quota_us(0.6, 1_000)
+    assert "1.667 ms" in err.value.hint  # the shortest period at which 0.6 core fits
+    with pytest.raises(TracrError):
+        cgroup.quota_us(0.05)  # 0.5 ms per 10 ms
+    assert cgroup.shortest_period_us(0.6) == 1_667
+    assert cgroup.quota_us(0.6, cgroup.shortest_period_us(0.6)) == 1_000
+    # no period asked for: the default, lengthened where a fraction needs it
+    assert cgroup.host_period_us(0.6) == cgroup.PERIOD_US
+    assert cgroup.host_period_us(0.05) == 20_000
+    assert cgroup.quota_us(0.05, cgroup.host_period_us(0.05)) == 1_000
+    assert cgroup.host_period_us(0.6, 1_000) == 1_000  # asked for: kept (and refused above)
+
+
+def test_parse_quotas_checks_each_quota_against_the_period_asked_for():
+    assert parse_quotas(["lab-1=0.05"], 2) == {"lab-1": 0.05}  # default period lengthened
+    with pytest.raises(TracrError, match="kernel"):
+        parse_quotas(["lab-1=0.6"], 2, period=1_000)
+    assert parse_quotas(["lab-1=0.6"], 2, period=2_000) == {"lab-1": 0.6}
 
 
 def test_period_us():
@@ -155,7 +178,7 @@ def test_link_report_and_edge_profile_carry_the_period(cfg):
     assert cpu == {"lab-1": {"quota": 0.25, "measured": 0.247, "period_us": 20_000}}
     prof = _with_quota({"layers": {}}, _lab_quota("lab-1"))
     assert prof["cpu_quota"] == {"quota_ms": 5.0, "period_ms": 20.0, "fraction": 0.25,
-                                 "source": "lab"}
+                                 "source": "lab", "measured": 0.247}
     assert "cpu_quota" not in _with_quota({"layers": {}}, _lab_quota("lab-2"))
     # a participant that read its own quota keeps it
     own = {"quota_ms": 50.0, "period_ms": 100.0, "fraction": 0.5}

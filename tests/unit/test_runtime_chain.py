@@ -111,3 +111,16 @@ def test_a_quota_d_host_is_planned_at_its_sustained_speed():
     # a multi-threaded pass already uses more than its quota's share per wall second
     assert sustained_factor({**q, "full_cpu_ms": 15}) == pytest.approx(3.0)
     assert sustained_factor({**q, "cpu_quota": {"fraction": 4.0}}) == 1.0
+
+
+def test_a_quota_d_host_is_planned_at_the_share_the_lab_measured_under_its_quota():
+    # 0.6 core at a 1.667 ms period (under the 4 ms tick) gave a busy loop 0.47 of a core:
+    # planned at 0.6, pipeline-dp predicted 1.20x the throughput measured.
+    from app_api.runner.network import _cpu_quota
+    from experiment_design.partitioners.pipeline_partitioners import sustained_factor
+
+    report = {"cpu": {"lab-1": {"quota": 0.6, "measured": 0.47, "period_us": 1667}}}
+    quota = _cpu_quota(report, "lab-1")
+    assert quota["fraction"] == 0.6 and quota["measured"] == 0.47
+    prof = {"full_ms": 10, "full_cpu_ms": 10, "cpu_quota": quota}
+    assert sustained_factor(prof) == pytest.approx(1 / 0.47)
