@@ -1,4 +1,5 @@
-"""`tracr model ls` and `tracr model splits MODEL`: the registry and every cut of a model."""
+"""`tracr model ls`, `tracr model splits MODEL` and `tracr model coverage`: the registry,
+every cut of a model, and which torchvision builders split."""
 
 from __future__ import annotations
 
@@ -38,6 +39,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tolerance", type=float, default=1e-5, help="max abs diff allowed by --verify"
     )
     sp.set_defaults(func=cmd_splits)
+
+    cv = cmds.add_parser(
+        "coverage", help="which torchvision builders split, in which mode, and how exactly"
+    )
+    cv.add_argument(
+        "--family",
+        action="append",
+        choices=("classification", "segmentation", "detection"),
+        help="a family of builders (repeatable; default: all three)",
+    )
+    cv.add_argument("--models", default=None, help="only these builders, e.g. resnet18,vgg11")
+    cv.add_argument(
+        "--sample", type=int, default=5, help="cuts run per model, first and last included"
+    )
+    cv.add_argument(
+        "--max-params",
+        type=float,
+        default=1e9,
+        help="skip builders with more parameters (default 1e9: none of torchvision's)",
+    )
+    cv.add_argument("--tolerance", type=float, default=1e-5, help="max abs diff called exact")
+    cv.add_argument("--seed", type=int, default=0)
+    cv.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    cv.set_defaults(func=cmd_coverage)
     p.set_defaults(func=lambda args: p.print_help())
 
 
@@ -202,3 +227,91 @@ def _print_splits(args: argparse.Namespace, sm, rows: list[dict]) -> None:
             )
         table.add_row(*cells)
     Console().print(table)
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from app_api.model_coverage import plan, run_coverage
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    pairs = plan(args.family, models)
+    report = run_coverage(
+        pairs,
+        sample=args.sample,
+        tolerance=args.tolerance,
+        max_params=int(args.max_params) if args.max_params > 0 else None,
+        seed=args.seed,
+        progress=_coverage_progress,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_coverage(report)
+    return 0 if all(t["met"] for t in report["totals"]) else 1
+
+
+def _coverage_progress(row) -> None:
+    c = row.check
+    cuts = f"{c.valid_cuts}/{c.cuts} cuts valid" if c.cuts is not None else "-"
+    line = f"{row.family} {row.model} ({row.part}): {row.status}, {c.mode or '-'}, {cuts}, {c.seconds:.1f} s"
+    if row.reason:
+        line += f" -- {row.reason}"
+    print(line, file=sys.stderr, flush=True)
+
+
+def _print_coverage(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for t in report["totals"]:
+        family = t["family"]
+        rows = [r for r in report["models"] if r["family"] == family]
+        part = " (backbone + neck)" if family == "detection" else ""
+        table = Table(title=f"{family}{part}: {len(rows)} torchvision builder(s), random weights")
+        columns = ["model", "status", "mode", "layers", "valid cuts", "diff", "s"]
+        if family == "detection":
+            columns.append("whole detector")
+        for col in columns:
+            table.add_column(col, justify="left" if col in ("model", "status", "mode") else "right")
+        for r in rows:
+            status = r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/red]"
+            cells = [
+                r["model"],
+                status + (f": {r['reason']}" if r["reason"] else ""),
+                r["mode"] or "-",
+                "-" if r["layers"] is None else str(r["layers"]),
+                "-" if r["cuts"] is None else f"{r['valid_cuts']}/{r['cuts']}",
+                "-" if r["worst_diff"] is None else f"{r['worst_diff']:.1e}",
+                f"{r['seconds']:.1f}",
+            ]
+            if family == "detection":
+                cells.append("-" if r["detector"] is None else _detector_cell(r["detector"]))
+            table.add_row(*cells)
+        console.print(table)
+    tol = report["settings"]["tolerance"]
+    totals = Table(
+        title="per family, against the targets",
+        caption=f"diff: worst max abs difference to the unsplit output at the sampled cuts; exact: <= {tol:g}",
+    )
+    for col in ("family", "split exactly", "all cuts valid", "valid cuts", "worst diff", "met"):
+        totals.add_column(col)
+    for t in report["totals"]:
+        share = "-" if t["valid_cut_share"] is None else f"{100 * t['valid_cut_share']:.1f}%"
+        totals.add_row(
+            t["family"],
+            f"{t['split']}/{t['models']}" + (f" ({t['skipped']} skipped)" if t["skipped"] else ""),
+            f"{t['all_cuts_valid']}/{t['models']}",
+            f"{t['valid_cuts']}/{t['cuts']} ({share})",
+            "-" if t["worst_diff"] is None else f"{t['worst_diff']:.1e}",
+            "yes" if t["met"] else f"[red]no[/red]: {t['target']}",
+        )
+    console.print(totals)
+
+
+def _detector_cell(det: dict) -> str:
+    if det["error"] and det["mode"] is None:
+        return f"[red]no[/red] ({det['error']})"
+    cell = f"{det['mode']}, {det['valid_cuts']}/{det['cuts']}"
+    if det["error"]:
+        return f"{cell}, [red]{det['error']}[/red]"
+    return cell + (", exact" if det["exact"] else f", [red]diff {det['worst_diff']:.1e}[/red]")
