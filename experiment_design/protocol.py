@@ -166,6 +166,13 @@ class InferenceRecord(TypedDict, total=False):
     n_crossing: int
     top1: int | str
     output_sum: float
+    # the transport the head sent with, and the output against the unsplit model's on the
+    # same input (computed once at the head's set-up): see EdgeRole.rows_of
+    transport: str
+    top1_agree: int
+    cosine: float
+    max_abs_diff: float
+    correct: int | str  # top1 == label; only with real weights and class-index labels
     weights: str
     instance: str  # set by the observer
     partner: str

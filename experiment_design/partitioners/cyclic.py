@@ -32,13 +32,25 @@ class CyclicPartitioner(Partitioner):
     made; the first ``n`` visits of split ``k`` are skipped, so each split still
     ends with its planned count. ``passes`` (default 1) is how many sweeps the
     task runs; :meth:`sweep_length` is then what is left of those passes.
+
+    ``transports`` (a list of transport dicts, each like the manifest's ``transport``
+    section, plus an optional ``splits`` list): walk every (split, transport) pair instead,
+    ``repeats`` each, split-major; after each :meth:`next_split`, :attr:`transport` is the
+    chosen pair's ``CodecConfig`` (None without ``transports``), which the head sends the
+    crossing tensors with. A transport with ``splits`` is used at those splits only;
+    ``jpeg`` and ``webp`` (image codecs for the model's input) default to split 0. Not
+    combined with ``refine`` or a resume. ``fidelity_floor`` (top-1 agreement, default
+    0.99) and ``bandwidths`` (rates such as ``4MB/s``) are read by the summary's
+    rate-fidelity answer, not by the walk.
     """
 
     def __init__(self, repeats: int = 1, splits: Any = "all", refine: int = 0,
                  contenders: int = 8, done: dict | None = None, passes: int = 1,
-                 **params: Any) -> None:
+                 transports: list | None = None, **params: Any) -> None:
         super().__init__(repeats=repeats, splits=splits, refine=refine, contenders=contenders,
                          **params)
+        if transports is not None:
+            self.params["transports"] = transports
         if done:
             self.params["done"] = done
         if passes != 1:
@@ -54,6 +66,13 @@ class CyclicPartitioner(Partitioner):
         if self.done and int(refine):
             raise TracrError("cyclic: resuming a sweep with refine rounds is not supported",
                              hint="resume with partitioner.params.refine=0, or run it again")
+        self.transports = _transports(transports)
+        if self.transports and (int(refine) or self.done):
+            raise TracrError("cyclic: transports cannot be combined with refine rounds or a "
+                             "resume", hint="set partitioner.params.refine=0 and run it again")
+        #: the CodecConfig of the last decision (None: the manifest's transport)
+        self.transport: Any = None
+        self.slots: list[tuple[int, int | None]] = []
         self.repeats = int(repeats)
         self.refine = int(refine)
         self.n_contenders = int(contenders)
@@ -81,11 +100,18 @@ class CyclicPartitioner(Partitioner):
                     hint=f"valid splits are {valid}",
                 )
             self.allowed = wanted
+        if self.transports:
+            self.slots = [(k, i) for k in self.allowed
+                          for i, (_, only, _) in enumerate(self.transports)
+                          if only is None or k in only]
+        else:
+            self.slots = [(k, None) for k in self.allowed]
+        self.transport = None
         self.contenders, self.e2e, self._n, self._pos = [], {}, 0, 0
         self._skip = dict(self.done)
 
     def _walk(self) -> int:
-        return len(self.allowed) * self.repeats
+        return len(self.slots) * self.repeats
 
     def _n_refine(self) -> int:
         return min(self.n_contenders, len(self.allowed)) * self.refine
@@ -116,10 +142,13 @@ class CyclicPartitioner(Partitioner):
             return k
 
     def _at(self, pos: int) -> int:
-        """The split at position ``pos`` of the (endless) cyclic schedule."""
+        """The split at position ``pos`` of the (endless) cyclic schedule; sets
+        :attr:`transport` to that pair's."""
         i = pos % (self._walk() + self._n_refine())
         if i < self._walk():
-            return self.allowed[i // self.repeats]
+            k, t = self.slots[i // self.repeats]
+            self.transport = None if t is None else self.transports[t][2]
+            return k
         if i == self._walk():
             self.contenders = self._pick_contenders()
         j = i - self._walk()
@@ -145,7 +174,46 @@ class CyclicPartitioner(Partitioner):
             out.update(done={str(k): n for k, n in sorted(self.done.items())}, passes=self.passes)
         if self.refine:
             out.update(refine=self.refine, contenders=self.contenders)
+        if self.transports:
+            from experiment_design.runtime.fidelity import transport_label
+
+            out.update(transports=[transport_label(cfg) for _, _, cfg in self.transports],
+                       pairs=len(self.slots))
         return out
+
+
+#: lossy reductions that apply to an image model's input only (split 0)
+_INPUT_ONLY = ("jpeg", "webp")
+
+
+def _transports(items: Any) -> list[tuple[dict, list[int] | None, Any]]:
+    """``(transport dict, splits or None, CodecConfig)`` per item of the ``transports``
+    param, checked (each dict as the manifest's ``transport`` section takes it)."""
+    if items in (None, []):
+        return []
+    if not isinstance(items, list):
+        raise TracrError(f"cyclic: transports must be a list of transport settings, not {items!r}")
+    from experiment_design.transport import CodecConfig
+
+    out = []
+    for j, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise TracrError(f"cyclic: transports[{j}] must be a mapping, not {item!r}")
+        d = dict(item)
+        only = d.pop("splits", None)
+        try:
+            cfg = CodecConfig.from_dict(d)
+        except TracrError as exc:
+            raise TracrError(f"cyclic: transports[{j}]: {exc}", hint=exc.hint) from None
+        if only is None and getattr(cfg, "lossy", "none") in _INPUT_ONLY:
+            only = [0]
+        if only is not None:
+            if not isinstance(only, list) or not all(
+                    isinstance(k, int) and not isinstance(k, bool) for k in only):
+                raise TracrError(f"cyclic: transports[{j}].splits must be a list of split "
+                                 f"indices, not {only!r}")
+        out.append((d, only, cfg))
+    return out
 
 
 def _counts(done: Any) -> dict[int, int]:

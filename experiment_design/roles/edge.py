@@ -49,10 +49,15 @@ class EdgeRole(ChainMember):
         self.links: dict[str, dict] = {}
         #: the routes a pipeline partitioner planned, with its predictions (None: the pair's)
         self.plans: list[tuple[Route, dict | None]] | None = None
+        #: the unsplit model's outputs per preloaded input (by id), the fidelity reference
+        self.references: dict[int, list] = {}
 
     def on_setup(self, config: dict) -> dict:
-        """Model, dataset and the partitioner (set up later, with its context)."""
+        """Model, dataset and the partitioner (set up later, with its context); then the
+        unsplit model's output on every preloaded input, the reference each inference's
+        output is compared with (untimed: nothing is measured yet)."""
         from experiment_design.runtime.chain import ChainHead
+        from experiment_design.runtime.fidelity import reference_outputs
 
         info = super().on_setup(config)
         p = config.get("partitioner") or {"name": "cyclic", "params": {}}
@@ -60,6 +65,7 @@ class EdgeRole(ChainMember):
         info["partitioner_needs"] = sorted(self.partitioner.needs)
         self.weights = "pretrained" if config["model"].get("weights") else "random"
         self.head = ChainHead(self)
+        self.references = reference_outputs(self.split_model, self.inputs)
         return info
 
     def on_connect_partners(self, partners: dict) -> dict:
@@ -150,16 +156,20 @@ class EdgeRole(ChainMember):
         return Route((self.instance, name), (int(split),))
 
     def infer(self, x: Any, label: Any, item: str, split: int | Route, *,
-              record: bool = True) -> InferenceRecord:
+              record: bool = True, codec: Any = None) -> InferenceRecord:
         """One inference alone in the chain (``split``: a cut, or a whole route); returns
-        (and, if record, emits) its row. Never raises for a compute error; a broken
-        channel is recorded and then re-raised."""
+        (and, if record, emits) its row. What crosses the head's cut is sent with ``codec``
+        (a CodecConfig), else with the transport of the partitioner's latest decision when
+        it names one (recorded inferences), else the manifest's. Never raises for a compute
+        error; a broken channel is recorded and then re-raised."""
         route = split if isinstance(split, Route) else self.route_for(split)
         iid = self._next_id if record else -1
         if record:
             self._next_id += 1
-        done = self.head.once(route, x, iid)
-        row, layer_rows = self.rows_of(done, label, item)
+        if codec is None and record:
+            codec = getattr(self.partitioner, "transport", None)
+        done = self.head.once(route, x, iid, codec=codec)
+        row, layer_rows = self.rows_of(done, label, item, self.references.get(id(x)))
         if record:
             self.emit_record(row, layer_rows)
         if done.link_error:
@@ -181,8 +191,8 @@ class EdgeRole(ChainMember):
         self._next_id += count
 
         def record(c: Completed) -> None:
-            _, label, item = inputs[(c.iid - first) % len(inputs)]
-            row, layer_rows = self.rows_of(c, label, item)
+            x, label, item = inputs[(c.iid - first) % len(inputs)]
+            row, layer_rows = self.rows_of(c, label, item, self.references.get(id(x)))
             self.emit_record(row, layer_rows)
             self.emit_stages(stage_rows(c, route.label, mode))
             done.append(c)
@@ -246,13 +256,19 @@ class EdgeRole(ChainMember):
         return {"instance": device, "throughput_per_s": header["throughput_per_s"],
                 "latency_ms_p50": header["latency_ms_p50"]}
 
-    def rows_of(self, c: Completed, label: Any, item: str) -> tuple[InferenceRecord, list]:
+    def rows_of(self, c: Completed, label: Any, item: str,
+                ref: list | None = None) -> tuple[InferenceRecord, list]:
         """The ``inferences.csv`` row and the ``layers.csv`` rows of one inference.
 
         With more than two stages, ``cloud_*``, ``decode_ms`` and ``encode_ms`` sum over
         every stage after the head (``stages.csv`` has each one); ``transfer_ms`` is what
         is left of the end-to-end time: the wire, and in throughput mode the queues.
+        ``transport`` names what the head sent with; against ``ref`` (the unsplit model's
+        output on the same input) the row gets ``top1_agree``, ``cosine`` and
+        ``max_abs_diff``, and with real weights and a class-index label ``correct``.
         """
+        from experiment_design.runtime.fidelity import compare, top1s, transport_label
+
         sm = self.split_model
         route = c.route
         split = route.cuts[0] if route.cuts else sm.n
@@ -260,6 +276,7 @@ class EdgeRole(ChainMember):
             inference=c.iid, item=item, label=label if not isinstance(label, list)
             else ";".join(map(str, label)), split=split, layer=sm.points[split].layer,
             weights=self.weights, partner=route.route[1] if route.k > 1 else "",
+            transport=transport_label(c.codec or self.codec) if route.k > 1 else "",
             error=c.error or "",
         )
         if c.error:
@@ -292,6 +309,10 @@ class EdgeRole(ChainMember):
             row["top1"] = int(first.reshape(first.shape[0], -1)[0].argmax()) \
                 if first.dim() > 0 and first.numel() else ""
             row["output_sum"] = float(sum(float(o.double().sum()) for o in outs))
+            if ref is not None:
+                row.update(compare(outs, ref))
+            if self.weights == "pretrained" and type(label) is int:
+                row["correct"] = int(top1s(first)[:1] == [label])
         layer_rows = []
         for s in stages:
             hop = int(s.get("hop", 0))

@@ -325,6 +325,8 @@ class Completed:
     outputs: dict[str, Any] | None = None
     error: str | None = None
     link_error: bool = False
+    #: the CodecConfig the head sends the crossing tensors with (None: the channel's)
+    codec: Any = None
 
     @property
     def e2e_ms(self) -> float:
@@ -373,7 +375,7 @@ class ChainHead:
 
     def _send(self, c: Completed, pipe: bool) -> None:
         down = self.owner.downstream[c.route.route[1]]
-        sent = down.send(self._header(c, pipe), c.outputs)
+        sent = down.send(self._header(c, pipe), c.outputs, codec=c.codec)
         c.record.update(t_sent=_ns(), encode_ms=sent.encode_ms, send_ms=sent.send_ms,
                         bytes_raw=sent.raw_bytes, bytes_encoded=sent.encoded_bytes,
                         n_crossing=len(c.outputs))
@@ -386,17 +388,19 @@ class ChainHead:
         if header.get("error"):
             c.error = str(header["error"])
 
-    def once(self, route: Route, x: Any, iid: int) -> Completed:
-        """One inference, alone in the chain (latency mode). A broken link is recorded on
-        the result (``link_error``), a compute error on any stage too."""
+    def once(self, route: Route, x: Any, iid: int, codec: Any = None) -> Completed:
+        """One inference, alone in the chain (latency mode); the head sends what crosses
+        its cut with ``codec`` (a CodecConfig; None: the channel's). A broken link is
+        recorded on the result (``link_error``), a compute error on any stage too."""
         from experiment_design.transport.errors import TransportError
 
         try:
             c = self._compute(route, x, iid)
         except Exception as exc:
             c = Completed(iid, route, {"instance": self.owner.instance, "hop": 0},
-                          error=f"{type(exc).__name__}: {exc}")
+                          error=f"{type(exc).__name__}: {exc}", codec=codec)
             return c
+        c.codec = codec
         if route.k == 1:
             c.t_done = c.record["t_end"]
             return c
