@@ -23,6 +23,7 @@ most classifiers, 224 or 299 where a model needs it), batch 1, in eval mode.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -216,7 +217,10 @@ def _build(family: str, name: str):
         kwargs["aux_loss"] = True
     if family == "detection" and not name.startswith("ssd"):
         kwargs.update(_DETECTOR_SIZE)
-    return tvm.get_model(name, **kwargs).eval()
+    with warnings.catch_warnings():
+        # googlenet and inception_v3 announce a future change of their default init
+        warnings.simplefilter("ignore", FutureWarning)
+        return tvm.get_model(name, **kwargs).eval()
 
 
 def _input(module, family: str, seed: int):
