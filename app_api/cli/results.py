@@ -286,6 +286,7 @@ def print_summary(summary: dict, run_dir) -> None:
                   style=style)
     console.print(t)
     _print_partitioners(console, summary)
+    _print_codecs(console, summary, run_dir)
     ov = _f(summary.get("overhead"), 3)
     if (summary.get("pipeline") or {}).get("configs"):
         ov = "- (pipelined: inferences overlap)"  # wall / sum(e2e) < 1 says nothing here
@@ -319,6 +320,67 @@ def print_summary(summary: dict, run_dir) -> None:
 
 def _rate(bps) -> str:
     return "-" if bps is None else f"{bps / 1e6:.2f} MB/s"
+
+
+def _print_codecs(console, summary: dict, run_dir) -> None:
+    """A transport sweep: per (split, transport) bytes, times and fidelity, the Pareto
+    pairs marked; then, per bandwidth, the fastest pair above the fidelity floor against
+    the best compressed-input pair."""
+    codecs = summary.get("codecs")
+    if not codecs:
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="per (split, transport): bytes at the cut against fidelity (agreement, "
+                    "cosine, max |diff|) with the unsplit model; pareto: bytes vs cosine")
+    for col in ("split", "layer", "transport", "n", "bytes sent", "enc ms", "dec ms",
+                "e2e ms", "top-1 agree", "cos min", "cos median", "max |diff|", "acc", ""):
+        t.add_column(col, justify="left" if col in ("layer", "transport", "") else "right")
+    for p in codecs.get("pairs") or []:
+        marks = [m for m, on in (("pareto", p.get("pareto")),
+                                 ("input baseline", p.get("input_baseline"))) if on]
+        cnt = str(p["count"]) + (f" ({p['failed']} failed)" if p.get("failed") else "")
+        t.add_row(str(p["split"]), escape(str(p["layer"])), escape(str(p["transport"])), cnt,
+                  _bytes(p.get("bytes_encoded")), _f(p.get("encode_ms_median")),
+                  _f(p.get("decode_ms_median")), _f(p.get("e2e_ms_median")),
+                  _f(p.get("top1_agreement"), 3), _f(p.get("cosine_min"), 5),
+                  _f(p.get("cosine_median"), 5), _g(p.get("max_abs_diff_max")),
+                  _f(p.get("accuracy"), 3), ", ".join(marks),
+                  style="bold green" if p.get("pareto") else None)
+    console.print(t)
+    if codecs.get("note"):
+        console.print(escape(codecs["note"]), highlight=False)
+    floor = codecs.get("floor")
+    for a in codecs.get("answers") or []:
+        head = f"at {a['bandwidth']} ({_rate(a['bandwidth_Bps'])}), top-1 agreement >= {floor}: "
+        best, base = a.get("fastest"), a.get("baseline")
+        if not best:
+            console.print(escape(head + "no pair meets the floor"), highlight=False)
+            continue
+        text = (f"fastest is split {best['split']} ({best['layer']}) with {best['transport']}, "
+                f"{_f(best['ms'])} ms ({_bytes(best['bytes'])}, agreement "
+                f"{_f(best['top1_agreement'], 3)})")
+        if base is None:
+            text += ("; no compressed-input pair meets the floor" if a.get("baselines_measured")
+                     else "; no compressed-input pair was measured")
+        elif a.get("beats_baseline"):
+            text += (f"; it beats the best compressed input ({base['transport']}, "
+                     f"{_f(base['ms'])} ms) by {_f(a.get('speedup'))}x")
+        elif best["split"] == base["split"] and best["transport"] == base["transport"]:
+            text += "; it is the compressed input itself"
+        else:
+            text += f"; the compressed input ({base['transport']}, {_f(base['ms'])} ms) is not beaten"
+        console.print(escape(head + text), highlight=False)
+    console.print("end to end at a bandwidth = measured edge + encode + decode + cloud medians "
+                  "+ bytes sent / bandwidth", highlight=False)
+    plot = Path(run_dir) / "plots" / "rate-fidelity.png"
+    if plot.exists():
+        console.print(escape(f"plot: {plot}"), highlight=False)
+
+
+def _g(v) -> str:
+    return "-" if v is None else f"{v:.3g}"
 
 
 def _print_partitioners(console, summary: dict) -> None:

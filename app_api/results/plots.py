@@ -237,3 +237,62 @@ def draw_timeline(run_dir: Path, window: int = 12) -> Path | None:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def draw_rate_fidelity(summary: dict, run_dir: Path) -> Path | None:
+    """``plots/rate-fidelity.png``: per (split, transport) pair its median bytes at the cut
+    (log x) against ``1 - cosine`` median (log y, lower is more faithful), one colour per
+    split; the Pareto-optimal pairs ringed and labelled, the compressed-input baseline
+    (split 0 as jpeg/webp) as its own series. Exact pairs (cosine 1) sit on the bottom
+    edge. None when no pair has both figures."""
+    pairs = [p for p in (summary.get("codecs") or {}).get("pairs") or []
+             if p.get("bytes_encoded") and p.get("cosine_median") is not None]
+    if not pairs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gaps = [1.0 - p["cosine_median"] for p in pairs]
+    floor = min([g for g in gaps if g > 0], default=1e-6) / 10
+
+    def y(p: dict) -> float:
+        return max(1.0 - p["cosine_median"], floor)
+
+    fig, ax = plt.subplots(figsize=(9.0, 6.0))
+    cmap = plt.get_cmap("viridis")
+    splits = sorted({p["split"] for p in pairs})
+    for i, k in enumerate(splits):
+        pts = [p for p in pairs if p["split"] == k and not p["input_baseline"]]
+        if pts:
+            ax.scatter([p["bytes_encoded"] for p in pts], [y(p) for p in pts], s=26,
+                       color=cmap(i / max(1, len(splits) - 1)), label=f"split {k}", zorder=2)
+    base = [p for p in pairs if p["input_baseline"]]
+    if base:
+        ax.scatter([p["bytes_encoded"] for p in base], [y(p) for p in base], s=70, marker="*",
+                   color="#dd8452", edgecolors="black", linewidths=0.5, zorder=3,
+                   label="compressed input (split 0)")
+    front = sorted((p for p in pairs if p.get("pareto")), key=lambda p: p["bytes_encoded"])
+    ax.plot([p["bytes_encoded"] for p in front], [y(p) for p in front], color=_FRONT_COLOUR,
+            linewidth=1.0, zorder=1, label="Pareto front (bytes, cosine)")
+    for p in front:
+        ax.scatter([p["bytes_encoded"]], [y(p)], s=110, facecolors="none",
+                   edgecolors=_FRONT_COLOUR, linewidths=1.2, zorder=4)
+        ax.annotate(f"{p['split']} {p['transport']}", (p["bytes_encoded"], y(p)),
+                    xytext=(5, 4), textcoords="offset points", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("bytes at the cut (median, encoded)")
+    ax.set_ylabel(f"1 - cosine vs the unsplit model (median; exact at {floor:.0e})")
+    ax.set_title(f"{summary.get('experiment', '')}: bytes against fidelity per (split, transport)"
+                 f" ({summary.get('model')}, weights: {summary.get('weights')})", fontsize=9)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              frameon=False)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    (Path(run_dir) / "plots").mkdir(exist_ok=True)
+    return atomic_write(Path(run_dir) / "plots" / "rate-fidelity.png", buf.getvalue())

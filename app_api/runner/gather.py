@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app_api.results import CONFIGS_FILE, ResultsWriteError, build_summary
+from app_api.results.fidelity import codec_summary
 from app_api.runner.evaluate import evaluate_run, measurement_noise
 from app_api.runner.pipeline import pipeline_summary
 from app_api.runner.state import RunState
@@ -85,6 +86,14 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         errors=state.errors,
         **state.extra,
     )
+    try:  # like scoring: the rate-fidelity table must never lose the run's own results
+        codecs = codec_summary(w.rows, summary, (state.manifest.partitioner or {}).get("params"))
+    except Exception as exc:
+        log.warning("rate-fidelity summary failed: %s", exc)
+        summary.setdefault("warnings", []).append(f"rate-fidelity summary failed: {exc}")
+        codecs = None
+    if codecs:
+        summary["codecs"] = codecs
     if state.eval_ctx is not None and summary["splits"] and getattr(w, "failure", None) is None:
         summary["partitioners"] = score_partitioners(state, summary, w.dir)
         summary["measurement_noise"] = measurement_noise(w.rows)
@@ -95,8 +104,9 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
 
 
 def draw_plots(summary: dict, run_dir: Path) -> None:
-    """The run's plots: per split point from the summary, and ``pareto.png`` when the run
-    measured pipeline configurations (``configs.csv``). A plot that fails is logged, never
+    """The run's plots: per split point from the summary, ``rate-fidelity.png`` when it
+    swept transports, and ``pareto.png`` when the run measured pipeline configurations
+    (``configs.csv``). A plot that fails is logged, never
     raised: a plot must never lose a run."""
     try:
         # matplotlib: imported only once there is something to draw
@@ -105,6 +115,13 @@ def draw_plots(summary: dict, run_dir: Path) -> None:
         draw(summary, run_dir)
     except Exception as exc:
         log.warning("plots not drawn: %s", exc)
+    if summary.get("codecs"):
+        try:
+            from app_api.results.plots import draw_rate_fidelity
+
+            draw_rate_fidelity(summary, Path(run_dir))
+        except Exception as exc:
+            log.warning("rate-fidelity plot not drawn: %s", exc)
     try:
         from app_api.results.plots import draw_timeline
 
