@@ -79,7 +79,9 @@ def builders(family: str) -> list[str]:
 @dataclass
 class SplitCheck:
     """How one module splits: mode, layer and cut counts, the worst difference at the
-    sampled cuts (``None`` when none ran), and the seconds the build and cuts took.
+    sampled cuts (``None`` when none ran), the number of elements of the output it
+    compared (0 for a detector that found nothing: a vacuous match), and the seconds
+    the build and cuts took.
 
     ``error`` says what stopped it (building, tracing or a cut), else ``None``.
     """
@@ -90,6 +92,7 @@ class SplitCheck:
     valid_cuts: int | None = None
     sampled: list[int] = field(default_factory=list)
     worst_diff: float | None = None
+    output_elements: int | None = None
     seconds: float = 0.0
     error: str | None = None
 
@@ -165,7 +168,7 @@ def check_split(module, x, sample: int, *, mode: str = "auto") -> SplitCheck:
     (prefix then suffix) against ``module(x)``."""
     import torch
 
-    from experiment_design.split import SplitModel, max_abs_diff
+    from experiment_design.split import SplitModel, flatten_output, max_abs_diff
 
     out = SplitCheck()
     t0 = time.perf_counter()
@@ -181,6 +184,7 @@ def check_split(module, x, sample: int, *, mode: str = "auto") -> SplitCheck:
     out.sampled = sample_cuts(valid, sample)
     with torch.no_grad():
         ref = module(x)
+    out.output_elements = sum(t.numel() for t in flatten_output(ref))
     worst = None
     for k in out.sampled:
         try:

@@ -54,7 +54,7 @@ def test_every_model_has_a_row_with_its_facts(report):
         assert r["layers"] > 10 and r["cuts"] == r["layers"] + 1
         assert 0 < r["valid_cuts"] <= r["cuts"]
         assert r["worst_diff"] is not None and r["worst_diff"] <= 1e-5
-        assert r["params"] > 0 and r["seconds"] > 0
+        assert r["params"] > 0 and r["seconds"] > 0 and r["output_elements"] > 0
         assert len(r["input_shape"]) == 3
 
 
@@ -83,6 +83,10 @@ def test_detectors_report_the_whole_model_beside_the_backbone(report):
         assert det["error"] is None, det
         assert det["mode"] in ("graph", "hooks") and det["valid_cuts"] >= 1
         assert det["exact"] is True and det["worst_diff"] <= 1e-5
+        # random weights: an R-CNN may find nothing, SSDlite keeps its top 300 boxes
+        assert det["output_elements"] >= 0
+    ssdlite = next(r for r in report["models"] if r["model"].startswith("ssdlite"))
+    assert ssdlite["detector"]["output_elements"] > 0
 
 
 def test_totals_per_family_meet_the_targets(report):
