@@ -95,10 +95,16 @@ class SplitCheck:
     output_elements: int | None = None
     seconds: float = 0.0
     error: str | None = None
+    #: a valid cut inside the model (0 < k < n): cuts 0 and n leave one side empty
+    inner_cut: bool = False
+
+    def splits(self) -> bool:
+        """Prepared without error, with a valid cut inside the model."""
+        return self.error is None and self.inner_cut
 
     def exact(self, tolerance: float) -> bool:
-        """Split, and every sampled cut within ``tolerance`` of the unsplit output."""
-        return self.error is None and self.worst_diff is not None and self.worst_diff <= tolerance
+        """Splits, and every sampled cut within ``tolerance`` of the unsplit output."""
+        return self.splits() and self.worst_diff is not None and self.worst_diff <= tolerance
 
     def all_valid(self) -> bool:
         """Every cut valid."""
@@ -133,7 +139,7 @@ class ModelCoverage:
             "params": self.params,
             "input_shape": self.input_shape,
             **{k: v for k, v in asdict(check).items() if k != "error"},
-            "splits": check.error is None and check.mode is not None,
+            "splits": check.splits(),
             "exact": check.exact(tolerance),
             "all_valid": check.all_valid(),
             "detector": None,
@@ -142,6 +148,7 @@ class ModelCoverage:
             det = asdict(self.detector)
             det["exact"] = self.detector.exact(tolerance)
             det["all_valid"] = self.detector.all_valid()
+            det["splits"] = self.detector.splits()
             d["detector"] = det
         return d
 
@@ -181,6 +188,7 @@ def check_split(module, x, sample: int, *, mode: str = "auto") -> SplitCheck:
     out.mode, out.layers, out.cuts = sm.mode, sm.n, len(sm.points)
     valid = sm.valid_splits()
     out.valid_cuts = len(valid)
+    out.inner_cut = any(0 < k < sm.n for k in valid)
     out.sampled = sample_cuts(valid, sample)
     with torch.no_grad():
         ref = module(x)
@@ -283,6 +291,8 @@ def cover_model(
     row.check.seconds = time.perf_counter() - t0  # the build and the input probe included
     if row.check.error is not None:
         row.reason = row.check.error
+    elif not row.check.inner_cut:
+        row.reason = f"only the cuts 0 and n are valid (of {row.check.cuts})"
     elif row.check.exact(tolerance):
         row.status = "ok"
     else:

@@ -314,6 +314,8 @@ def _detector_cell(det: dict) -> str:
     cell = f"{det['mode']}, {det['valid_cuts']}/{det['cuts']}"
     if det["error"]:
         return f"{cell}, [red]{det['error']}[/red]"
+    if not det["splits"]:
+        return f"{cell}, [red]only cuts 0 and n[/red]"
     if not det["exact"]:
         return f"{cell}, [red]diff {det['worst_diff']:.1e}[/red]"
     return cell + (", exact" if det["output_elements"] else ", exact (empty output)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app_api.model_coverage import FAMILIES, builders, plan, sample_cuts
+from app_api.model_coverage import FAMILIES, SplitCheck, builders, plan, sample_cuts
 from experiment_design.errors import TracrError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,3 +145,13 @@ def test_families_list_torchvision_builders():
 )
 def test_sample_cuts_spreads_and_keeps_the_ends(valid, count, expected):
     assert sample_cuts(valid, count) == expected
+
+
+def test_only_the_cuts_0_and_n_is_no_split():
+    # cut 0 runs everything on the far side and cut n everything on the near side
+    trivial = SplitCheck(mode="graph", layers=9, cuts=10, valid_cuts=2, worst_diff=0.0)
+    assert not trivial.splits() and not trivial.exact(1e-5)
+    inner = SplitCheck(
+        mode="graph", layers=9, cuts=10, valid_cuts=3, worst_diff=0.0, inner_cut=True
+    )
+    assert inner.splits() and inner.exact(1e-5) and not inner.all_valid()
