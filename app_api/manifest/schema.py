@@ -16,7 +16,7 @@ from typing import Any
 
 from app_api.manifest.errors import KeyPath
 from app_api.units import parse_rate
-from experiment_design.constants import CODECS, FILTERS, SPLIT_MODES
+from experiment_design.constants import CODECS, FILTERS, GRANULARITIES, LOSSY, SPLIT_MODES
 from experiment_design.errors import TracrError
 
 REQUIRED: Any = object()
@@ -165,7 +165,8 @@ SCHEMA = Field(
         ),
         "transport": Field(
             "map",
-            default={"codec": "zstd", "level": 1, "filter": "shuffle", "encrypt": False},
+            default={"codec": "zstd", "level": 1, "filter": "shuffle", "encrypt": False,
+                     "lossy": "none", "granularity": "tensor", "quality": 90},
             keys={
                 "codec": Field("str", default="zstd", choices=CODECS),
                 "level": Field("int", default=1, min=0, max=9),
@@ -173,6 +174,12 @@ SCHEMA = Field(
                 "encrypt": Field(
                     "bool", default=False, doc="encrypt tensors between participants (AES-GCM)"
                 ),
+                "lossy": Field("str", default="none", choices=LOSSY,
+                               doc="reduce floating tensors before the codec (jpeg/webp: the "
+                                   "model's input only)"),
+                "granularity": Field("str", default="tensor", choices=GRANULARITIES,
+                                     doc="int8/int4 scale per tensor or per channel (dim 1)"),
+                "quality": Field("int", default=90, min=1, max=100, doc="jpeg/webp quality"),
             },
         ),
         "run": Field(

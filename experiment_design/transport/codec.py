@@ -6,19 +6,26 @@ compressed with ``blosc2.compress2`` in chunks of at most :data:`CHUNK_BYTES` (b
 cannot take 2 GiB or more in one call), with ``typesize`` set to the element size so the
 shuffle filters group bytes of equal significance. blosc2 is imported only when a codec
 needs it, so a device without blosc2 can still send and receive raw tensors.
+
+With ``lossy`` set, a floating tensor is first reduced (:mod:`.lossy`: a float16/bfloat16
+cast, int8/int4 quantization, JPEG/WebP for an image batch) and the codec compresses the
+reduced bytes; the entry's ``"lossy"`` object tells the receiver how to restore the
+original dtype and shape. Integer and bool tensors always cross losslessly.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
 import torch
 
-from experiment_design.constants import CODECS, FILTERS
+from experiment_design.constants import CODECS, FILTERS, GRANULARITIES, LOSSY
 from experiment_design.errors import TracrError, UnknownNameError
 from experiment_design.transport.errors import ProtocolError
+from experiment_design.transport.lossy import Lossy, parse_lossy, reduce, restore_into
 
 _CODEC_SET = frozenset(CODECS)
 CHUNK_BYTES = 1 << 28  # raw bytes per blosc2 chunk; blosc2's own limit is just under 2 GiB
@@ -52,8 +59,12 @@ class CodecConfig:
     ``encrypt`` encrypts every frame (AES-256-GCM) on channels opened with this config;
     every frame carries an integrity tag either way. Both ends must agree on it.
 
-    >>> CodecConfig.from_dict({"codec": "lz4", "level": 5}).to_dict()
-    {'codec': 'lz4', 'level': 5, 'filter': 'shuffle', 'nthreads': 1, 'encrypt': False}
+    ``lossy`` (one of :data:`LOSSY`) reduces floating tensors before the codec;
+    ``granularity`` ("tensor" or "channel": dim 1) is where int8/int4 take their scale
+    and zero point; ``quality`` (1-100) is JPEG/WebP's. The receiver needs none of these.
+
+    >>> CodecConfig.from_dict({"codec": "lz4", "level": 5, "lossy": "int8"}).label
+    'int8+lz4-5'
     """
 
     codec: str = "zstd"
@@ -61,6 +72,9 @@ class CodecConfig:
     filter: str = "shuffle"
     nthreads: int = 1
     encrypt: bool = False
+    lossy: str = "none"
+    granularity: str = "tensor"
+    quality: int = 90
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -82,12 +96,35 @@ class CodecConfig:
             )
         if not isinstance(self.encrypt, bool):
             raise TracrError(f"transport encrypt must be true or false, got {self.encrypt!r}")
+        if self.lossy not in LOSSY:
+            raise UnknownNameError(
+                "lossy method",
+                str(self.lossy),
+                LOSSY,
+                hint="none sends tensors losslessly; jpeg/webp apply to a model's input only",
+            )
+        if self.granularity not in GRANULARITIES:
+            raise UnknownNameError(
+                "granularity",
+                str(self.granularity),
+                GRANULARITIES,
+                hint="where int8/int4 take their scale: per tensor or per channel (dim 1)",
+            )
+        if (
+            not isinstance(self.quality, int)
+            or isinstance(self.quality, bool)
+            or not 1 <= self.quality <= 100
+        ):
+            raise TracrError(
+                f"transport quality must be an integer 1-100, got {self.quality!r}",
+                hint="JPEG/WebP quality: 90 is near-lossless, 50 much smaller",
+            )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> CodecConfig:
         """Build from a manifest dict; missing keys take the defaults, unknown keys are errors."""
         d = dict(d or {})
-        known = {"codec", "level", "filter", "nthreads", "encrypt"}
+        known = {f.name for f in fields(cls)}
         extra = sorted(set(d) - known)
         if extra:
             raise TracrError(
@@ -102,8 +139,26 @@ class CodecConfig:
 
     @property
     def compresses(self) -> bool:
-        """True when tensors go through blosc2."""
-        return self.codec != "none"
+        """True when tensors are encoded (reduced or through blosc2), not sent as they are."""
+        return self.codec != "none" or self.lossy != "none"
+
+    @property
+    def label(self) -> str:
+        """A short, stable name of the whole transport: ``zstd-1``, ``int8c+zstd-1``,
+        ``int4``, ``fp16+lz4-5``, ``jpeg-q90`` (``raw``: nothing done); the filter is named
+        only when it is not the default shuffle."""
+        lossless = "raw" if self.codec == "none" else f"{self.codec}-{self.level}"
+        if self.codec != "none" and self.filter != "shuffle":
+            lossless += f"-{self.filter if self.filter != 'none' else 'noshuffle'}"
+        if self.lossy == "none":
+            return lossless
+        if self.lossy in ("jpeg", "webp"):
+            lossy = f"{self.lossy}-q{self.quality}"
+        elif self.lossy in ("int8", "int4"):
+            lossy = self.lossy + ("c" if self.granularity == "channel" else "")
+        else:
+            lossy = {"float16": "fp16", "bfloat16": "bf16"}[self.lossy]
+        return lossy if lossless == "raw" else f"{lossy}+{lossless}"
 
 
 RAW = CodecConfig(codec="none", level=0, filter="none")
@@ -169,15 +224,25 @@ class EncodedTensor:
     chunks: list[int]
     buffers: list[memoryview | bytes] = field(repr=False)
     keep: Any = field(default=None, repr=False)  # keeps the source memory alive while we send
+    lossy: dict[str, Any] | None = None  # the entry's "lossy" object (see .lossy)
 
     @property
     def encoded_nbytes(self) -> int:
         """Bytes this tensor puts on the wire (payload only)."""
         return sum(self.chunks)
 
+    @property
+    def param_nbytes(self) -> int:
+        """Bytes the reduction's parameters (scales, zero points, sizes) add to the table."""
+        return 0 if self.lossy is None else len(_ENTRY_JSON(self.lossy))
+
+    def payload(self) -> bytes:
+        """The payload as one bytes object (what follows the header on the wire)."""
+        return b"".join(bytes(b) for b in self.buffers)
+
     def entry(self) -> dict[str, Any]:
         """The tensor's description in the frame header."""
-        return {
+        e = {
             "name": self.name,
             "dtype": self.dtype,
             "shape": list(self.shape),
@@ -186,10 +251,18 @@ class EncodedTensor:
             "codec": self.codec,
             "chunks": self.chunks,
         }
+        if self.lossy is not None:
+            e["lossy"] = self.lossy
+        return e
+
+
+_ENTRY_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def encode_tensor(name: str, tensor: torch.Tensor, cfg: CodecConfig) -> EncodedTensor:
-    """Encode one tensor: move it to the CPU, make it contiguous, compress if ``cfg`` says so.
+    """Encode one tensor: reduce it if ``cfg.lossy`` says so and it is floating (on its own
+    device, so fewer bytes leave an accelerator), move it to the CPU, make it contiguous,
+    compress if ``cfg`` says so.
 
     A tensor that does not shrink under compression is sent raw (its entry says
     ``"codec": "none"``), so a codec never makes a message larger than the tensor.
@@ -204,30 +277,54 @@ def encode_tensor(name: str, tensor: torch.Tensor, cfg: CodecConfig) -> EncodedT
     # Each step is skipped when not needed: this path runs for every crossing tensor.
     if t.requires_grad:
         t = t.detach()
+    lossy = None
+    if cfg.lossy != "none" and t.is_floating_point() and t.numel():
+        reduced, lossy = reduce(t, cfg.lossy, cfg.granularity, cfg.quality)
+        if reduced is not None:
+            nbytes = t.numel() * DTYPES[dname][1]
+            return _compress(name, dname, tuple(t.shape), nbytes, reduced, cfg, lossy)
     if not t.is_cpu:
         t = t.cpu()
     if not t.is_contiguous():
         t = t.contiguous()
+    return _compress(name, dname, tuple(t.shape), t.nbytes, t, cfg, lossy)
+
+
+def _compress(
+    name: str,
+    dname: str,
+    shape: tuple[int, ...],
+    raw_nbytes: int,
+    t: torch.Tensor,
+    cfg: CodecConfig,
+    lossy: dict[str, Any] | None,
+) -> EncodedTensor:
+    """Entry and buffers for ``t`` (CPU, contiguous: the tensor itself or its reduced form)."""
     nbytes = t.nbytes
-    shape = tuple(t.shape)
     if nbytes == 0:
         return EncodedTensor(name, dname, shape, 0, "none", [], [], t)
     raw = byte_view(t)
-    if not cfg.compresses:
-        return EncodedTensor(name, dname, shape, nbytes, "none", [nbytes], [raw], t)
+    if cfg.codec == "none":
+        return EncodedTensor(name, dname, shape, raw_nbytes, "none", [nbytes], [raw], t, lossy)
     blosc2 = load_blosc2()
-    cparams = _cparams(blosc2, cfg, DTYPES[dname][1])
+    cparams = _cparams(blosc2, cfg, t.element_size())
     buffers: list[memoryview | bytes] = []
     for off in range(0, nbytes, CHUNK_BYTES):
         buffers.append(blosc2.compress2(raw[off : off + CHUNK_BYTES], **cparams))
     chunks = [len(b) for b in buffers]
     if sum(chunks) >= nbytes:  # incompressible (or tiny): the raw bytes are cheaper on both ends
-        return EncodedTensor(name, dname, shape, nbytes, "none", [nbytes], [raw], t)
-    return EncodedTensor(name, dname, shape, nbytes, cfg.codec, chunks, buffers)
+        return EncodedTensor(name, dname, shape, raw_nbytes, "none", [nbytes], [raw], t, lossy)
+    return EncodedTensor(name, dname, shape, raw_nbytes, cfg.codec, chunks, buffers, None, lossy)
 
 
 class TensorEntry(NamedTuple):
-    """A validated tensor description read from a peer's frame header."""
+    """A validated tensor description read from a peer's frame header.
+
+    ``raw_nbytes`` is the size of the tensor as it is restored (its own dtype). For a
+    reduced tensor ``codec`` names the whole decoding (``"int8+zstd"``, ``"int4"``: never
+    ``"none"``, so readers of raw bytes leave it alone) and ``lossy`` says how; a skipped
+    reduction keeps its record in ``lossy`` (method ``"none"``) and its plain codec.
+    """
 
     name: str
     dtype: str
@@ -236,6 +333,12 @@ class TensorEntry(NamedTuple):
     encoded_nbytes: int
     codec: str
     chunks: tuple[int, ...]
+    lossy: Lossy | None = None
+
+    @property
+    def reduced(self) -> bool:
+        """True when the payload is a lossy reduction of the tensor."""
+        return self.lossy is not None and self.lossy.method != "none"
 
 
 def parse_entry(d: Any) -> TensorEntry:
@@ -261,6 +364,12 @@ def parse_entry(d: Any) -> TensorEntry:
         size *= dim
     if type(raw) is not int or size != raw:
         raise ProtocolError(f"tensor {name!r}: shape {shape} x {dtype} is not {raw!r} bytes")
+    lossy = d.get("lossy")
+    stored = raw
+    if lossy is not None:
+        lossy = parse_lossy(lossy, name, dtype, shape, raw)
+        if lossy.method != "none":
+            stored = lossy.nbytes
     if type(chunks) is not list or type(enc) is not int:
         raise ProtocolError(f"bad chunk list for tensor {name!r}")
     total = 0
@@ -271,24 +380,43 @@ def parse_entry(d: Any) -> TensorEntry:
     if total != enc:
         raise ProtocolError(f"bad sizes for tensor {name!r}")
     if codec == "none":
-        if enc != raw or len(chunks) != (1 if raw else 0):
-            raise ProtocolError(f"raw tensor {name!r} declares {enc} bytes on the wire for {raw}")
-    elif len(chunks) != -(-raw // CHUNK_BYTES):
-        raise ProtocolError(f"tensor {name!r} declares {len(chunks)} chunks for {raw} bytes")
-    return TensorEntry(name, dtype, tuple(shape), raw, enc, codec, tuple(chunks))
+        if enc != stored or len(chunks) != (1 if stored else 0):
+            raise ProtocolError(
+                f"raw tensor {name!r} declares {enc} bytes on the wire for {stored}"
+            )
+    elif len(chunks) != -(-stored // CHUNK_BYTES):
+        raise ProtocolError(f"tensor {name!r} declares {len(chunks)} chunks for {stored} bytes")
+    if lossy is not None and lossy.method != "none":  # the codec names the whole decoding
+        label = lossy.method if codec == "none" else f"{lossy.method}+{codec}"
+        return TensorEntry(name, dtype, tuple(shape), raw, enc, label, tuple(chunks), lossy)
+    return TensorEntry(name, dtype, tuple(shape), raw, enc, codec, tuple(chunks), lossy)
 
 
 def decompress_into(entry: TensorEntry, src: memoryview, dst: bytearray, nthreads: int = 1) -> None:
-    """Decompress ``entry``'s chunks (laid out back to back in ``src``) into ``dst``.
+    """Decode ``entry``'s payload (its chunks back to back in ``src``) into ``dst``, which
+    holds ``entry.raw_nbytes``: decompress, then restore a reduced tensor.
 
     Each chunk's own blosc2 header is checked against what the frame declared before any
     byte is written, so a lying peer cannot make us overrun ``dst``.
     """
+    if entry.reduced:
+        lossy = entry.lossy
+        if entry.codec == lossy.method:  # the reduced bytes went raw
+            data: Any = src[: lossy.nbytes]
+        else:
+            data = bytearray(lossy.nbytes)
+            _decompress(entry, src, data, lossy.nbytes, nthreads)
+        restore_into(lossy, entry.name, DTYPES[entry.dtype][0], entry.shape, data, dst)
+        return
+    _decompress(entry, src, dst, entry.raw_nbytes, nthreads)
+
+
+def _decompress(entry: TensorEntry, src: Any, dst: Any, total: int, nthreads: int) -> None:
     blosc2 = load_blosc2()
     s = d = 0
     for clen in entry.chunks:
         part = src[s : s + clen]
-        want = min(CHUNK_BYTES, entry.raw_nbytes - d)
+        want = min(CHUNK_BYTES, total - d)
         try:
             nbytes, cbytes, _ = blosc2.get_cbuffer_sizes(part)
         except Exception as exc:  # blosc2 raises several types on garbage
@@ -303,6 +431,23 @@ def decompress_into(entry: TensorEntry, src: memoryview, dst: bytearray, nthread
             raise ProtocolError(f"tensor {entry.name!r}: corrupt blosc2 chunk ({exc})") from None
         s += clen
         d += want
+
+
+def decode(entry: TensorEntry, payload: Any, nthreads: int = 1) -> torch.Tensor:
+    """The tensor that ``entry`` and its payload bytes describe, in its own dtype and shape
+    (what a channel does for each received tensor; a new tensor, not a view of ``payload``).
+
+    >>> enc = encode_tensor("x", torch.ones(2, 3), CodecConfig(lossy="int8"))
+    >>> decode(parse_entry(enc.entry()), enc.payload()).dtype
+    torch.float32
+    """
+    if entry.raw_nbytes == 0:
+        return tensor_from(entry, None)
+    if entry.codec == "none":
+        return tensor_from(entry, bytearray(payload))
+    buf = bytearray(entry.raw_nbytes)
+    decompress_into(entry, memoryview(payload), buf, nthreads)
+    return tensor_from(entry, buf)
 
 
 def tensor_from(entry: TensorEntry, buf: bytearray | None) -> torch.Tensor:

@@ -4,7 +4,8 @@
 
     prefix  "!4sBBHIIQ"  magic b"TRCF", version, flags (0), buffer count, table length,
                          header length, payload length
-    table   UTF-8 JSON   [<tensor entry>, ...]   (name, dtype, shape, sizes, codec, chunks)
+    table   UTF-8 JSON   [<tensor entry>, ...]   (name, dtype, shape, sizes, codec, chunks,
+                         and "lossy" for a reduced tensor: its method and parameters)
     header  UTF-8 JSON   the caller's header (an object)
     tag     16 bytes     AES-GCM tag over prefix, table and header (table and header
                          encrypted when the session encrypts)
@@ -17,10 +18,12 @@ The tags and the sequence numbers in their nonces belong to the channel's sessio
 The table and the caller's header are separate so that the table, which is the same on
 every inference of a split (same names, dtypes and shapes), is encoded once by the
 sender and validated once by the receiver; later frames reuse the cached text and the
-cached validated entries. Compressed tensors (varying chunk sizes) are encoded and
-validated per frame. Everything a peer declares is checked against :class:`Limits`
-before any memory is set aside for it, and the entries must add up to the prefix's
-counts, so a confused or hostile peer costs at most one rejected frame.
+cached validated entries. Compressed tensors (varying chunk sizes) and reduced ones
+(scales that vary per frame) are encoded afresh per frame; the receiver's cache is keyed
+on the table's exact bytes, so two tables that differ in one scale are two tables.
+Everything a peer declares is checked against :class:`Limits` before any memory is set
+aside for it, and the entries must add up to the prefix's counts, so a confused or
+hostile peer costs at most one rejected frame.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from experiment_design.transport.codec import (
 from experiment_design.transport.errors import ProtocolError
 
 MAGIC = b"TRCF"
-VERSION = 3
+VERSION = 4  # 4: tensor entries may carry "lossy"
 PREFIX = struct.Struct("!4sBBHIIQ")
 # One encoder for every frame: json.dumps() with options builds a new encoder per call.
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -101,6 +104,7 @@ class Limits:
     max_header_bytes: int = 1 << 20  # table and caller header together
     max_buffers: int = 4096
     max_message_bytes: int = 1 << 31  # raw (decoded) and encoded bytes, each
+    max_plain_items: int = 65536  # plain values (nested ones included) beside the tensors
 
 
 class Table(NamedTuple):
@@ -132,10 +136,10 @@ def pack_head(header: dict[str, Any], tensors: Sequence[EncodedTensor]) -> bytes
 def _table_text(tensors: Sequence[EncodedTensor]) -> bytes:
     # Raw tensors' entries depend only on name, dtype and shape: a split sends the same
     # ones on every inference, so their text is built once. Compressed entries carry
-    # per-frame chunk sizes and are always encoded afresh.
+    # per-frame chunk sizes, reduced ones per-frame scales: both are always encoded afresh.
     key = []
     for t in tensors:
-        if t.codec != "none":
+        if t.codec != "none" or t.lossy is not None:
             return ("[" + ",".join(_ENCODE(e.entry()) for e in tensors) + "]").encode()
         key.append((t.name, t.dtype, t.shape))
     k = tuple(key)

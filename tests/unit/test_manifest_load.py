@@ -60,7 +60,8 @@ def test_minimal_manifest_gets_every_default(tmp_path):
     ]
     assert m.partitioner == {"name": "cyclic", "params": {}}
     assert m.dataset == {"name": "sample", "params": {}}
-    assert m.transport == {"codec": "zstd", "level": 1, "filter": "shuffle", "encrypt": False}
+    assert m.transport == {"codec": "zstd", "level": 1, "filter": "shuffle", "encrypt": False,
+                           "lossy": "none", "granularity": "tensor", "quality": 90}
     assert m.run == {"warmup": 2, "repeats": 1, "seed": 0, "timeout_s": None,
                      "liveness_timeout_s": 30, "startup_timeout_s": 600}
     assert m.network["bandwidth"] is None and m.network["bandwidths"] is None

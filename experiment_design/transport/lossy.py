@@ -1,0 +1,298 @@
+"""Lossy reductions of crossing tensors, described in the tensor's own table entry.
+
+A reduction turns a floating tensor into fewer bytes before the lossless codec sees them;
+the entry's ``"lossy"`` object says what was done, so the receiver restores the tensor's
+dtype and shape from the entry alone, whatever its own configuration::
+
+    {"method": "float16"}  {"method": "bfloat16"}              a cast
+    {"method": "int8", "scale": [s], "zero_point": [z]}        affine: x = (q - z) * s
+    {"method": "int4", "scale": [s, ...], "zero_point": [...]} the same, 4 bits, two a byte
+    {"method": "jpeg", "quality": 90, "scale": [...],          one image per batch item,
+     "offset": [...], "sizes": [...]}                          x = pixel * scale + offset
+    {"method": "none", "wanted": "int8", "why": "non-finite"}  asked for, not applied
+
+int8/int4 parameters are one value (per tensor) or one per channel (dim 1). Their range
+always holds 0 (as PyTorch's observers do), so a zero point is an integer in 0..qmax, a
+zero is sent exactly and every value is restored within ``scale / 2``; an all-zero tensor
+or channel has scale 0. int4 packs the first of each pair in the low nibble; an odd count
+is padded with one nibble. jpeg/webp map each channel of an ``(N, C, H, W)`` batch with
+C in (1, 3) (a model's input: the compressed-input baseline) onto 0..255 and encode each
+item with Pillow.
+
+Quantizers and images refuse tensors holding inf or nan (the tensor crosses losslessly
+and its entry says why); the casts keep them, except that float16 refuses finite values
+beyond its range. A method that would not shrink the tensor is not applied either.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from experiment_design.constants import LOSSY
+from experiment_design.transport.errors import ProtocolError
+
+#: Per-channel parameters for more channels than this go per tensor (they ride in the table).
+MAX_CHANNELS = 4096
+#: Why a reduction that was asked for was not applied (the ``why`` of a ``"none"`` record).
+WHY = ("non-finite", "out of range", "not an image", "no gain")
+QMAX = {"int8": 255, "int4": 15}
+_CASTS = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_FLOATS = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+_IMAGE = {"jpeg": ("JPEG", 65500), "webp": ("WEBP", 16383)}  # Pillow format, largest side
+_KEYS = {
+    "none": {"method", "wanted", "why"},
+    "float16": {"method"},
+    "bfloat16": {"method"},
+    "int8": {"method", "scale", "zero_point"},
+    "int4": {"method", "scale", "zero_point"},
+    "jpeg": {"method", "quality", "scale", "offset", "sizes"},
+    "webp": {"method", "quality", "scale", "offset", "sizes"},
+}
+
+
+class Lossy(NamedTuple):
+    """A validated ``"lossy"`` object of a peer's tensor entry."""
+
+    method: str  # "none": asked for and not applied (``why`` says why)
+    nbytes: int  # bytes of the reduced form, before the lossless codec
+    scale: tuple[float, ...] = ()
+    zero: tuple[float, ...] = ()  # zero points (int8/int4) or offsets (jpeg/webp)
+    sizes: tuple[int, ...] = ()  # bytes of each image (jpeg/webp)
+    why: str = ""
+
+
+def _floats(t: torch.Tensor) -> list[float]:
+    """float32 values as the shortest decimals that read back as the same float32 (a
+    float32 printed as a float64 takes twice the characters in the table)."""
+    return [float(str(v)) for v in t.detach().cpu().float().numpy()]
+
+
+def _skip(method: str, why: str) -> tuple[None, dict[str, Any]]:
+    return None, {"method": "none", "wanted": method, "why": why}
+
+
+def reduce(
+    t: torch.Tensor, method: str, granularity: str = "tensor", quality: int = 90
+) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """Reduce floating tensor ``t`` (any device, not empty) with ``method``.
+
+    Returns the reduced form (a contiguous CPU tensor whose bytes are sent) and the
+    entry's ``"lossy"`` object; the form is None where the method was not applied.
+    """
+    if method in _CASTS:
+        if t.element_size() <= 2:
+            return _skip(method, "no gain")
+        h = t.to(_CASTS[method])
+        if method == "float16":
+            bad = ~torch.isfinite(h)
+            if bad.any() and (bad & torch.isfinite(t)).any():
+                return _skip(method, "out of range")
+        return h.cpu().contiguous(), {"method": method}
+    if method in QMAX:
+        return _quantize(t, method, granularity)
+    if method in _IMAGE:
+        return _images(t, method, quality)
+    raise ValueError(f"unknown lossy method {method!r}")  # CodecConfig checked it
+
+
+def _channel_view(t: torch.Tensor, n: int) -> tuple[int, ...]:
+    """The shape that broadcasts one value per channel (dim 1) over ``t``."""
+    return (1, n) + (1,) * (t.dim() - 2)
+
+
+def _quantize(t: torch.Tensor, method: str, granularity: str):
+    qmax = QMAX[method]
+    x = t if t.dtype in (torch.float32, torch.float64) else t.float()
+    per_channel = granularity == "channel" and x.dim() >= 2 and 1 < x.shape[1] <= MAX_CHANNELS
+    if per_channel:
+        dims = [d for d in range(x.dim()) if d != 1]
+        lo, hi = x.amin(dim=dims), x.amax(dim=dims)
+    else:
+        lo, hi = torch.aminmax(x)
+        lo, hi = lo.reshape(1), hi.reshape(1)
+    if not (torch.isfinite(lo).all() and torch.isfinite(hi).all()):
+        return _skip(method, "non-finite")
+    lo = lo.float().clamp(max=0)
+    hi = hi.float().clamp(min=0)
+    scale = (hi - lo) / qmax  # float32: the very values the receiver multiplies by
+    zero = (-lo / scale).round().nan_to_num(0.0).clamp(0, qmax)  # 0/0 for an all-zero channel
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    if per_channel:
+        shape = _channel_view(x, len(scale))
+        q = x / safe.view(shape).to(x.dtype)
+        q = q.round_().add_(zero.view(shape).to(x.dtype))
+    else:
+        q = (x / safe.to(x.dtype)).round_().add_(zero.to(x.dtype))
+    q = q.clamp_(0, qmax).to(torch.uint8).cpu().reshape(-1)
+    if method == "int4":
+        if q.numel() % 2:
+            q = torch.cat([q, q.new_zeros(1)])
+        q = q[0::2] | (q[1::2] << 4)
+    params = {
+        "method": method,
+        "scale": _floats(scale),
+        "zero_point": [int(z) for z in zero.cpu().tolist()],
+    }
+    return q.contiguous(), params
+
+
+def _images(t: torch.Tensor, method: str, quality: int):
+    fmt, largest = _IMAGE[method]
+    if t.dim() != 4 or t.shape[1] not in (1, 3) or max(t.shape[2], t.shape[3]) > largest:
+        return _skip(method, "not an image")
+    n, c = t.shape[0], t.shape[1]
+    x = t.float()
+    lo, hi = x.amin(dim=(0, 2, 3)), x.amax(dim=(0, 2, 3))
+    if not (torch.isfinite(lo).all() and torch.isfinite(hi).all()):
+        return _skip(method, "non-finite")
+    scale = (hi - lo) / 255
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    pix = ((x - lo.view(1, c, 1, 1)) / safe.view(1, c, 1, 1)).round_().clamp_(0, 255)
+    pix = pix.to(torch.uint8).permute(0, 2, 3, 1).cpu().contiguous().numpy()
+    from PIL import Image
+
+    blobs = []
+    for i in range(n):
+        out = io.BytesIO()
+        Image.fromarray(pix[i] if c == 3 else pix[i, :, :, 0]).save(
+            out, format=fmt, quality=int(quality)
+        )
+        blobs.append(out.getvalue())
+    data = b"".join(blobs)
+    if len(data) >= t.numel() * t.element_size():
+        return _skip(method, "no gain")
+    params = {
+        "method": method,
+        "quality": int(quality),
+        "scale": _floats(scale),
+        "offset": _floats(lo),
+        "sizes": [len(b) for b in blobs],
+    }
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8), params
+
+
+# -- the receiving side ----------------------------------------------------------------------
+def _numbers(v: Any, n: int, what: str, name: str, *, low: float | None = None) -> tuple:
+    if type(v) is not list or len(v) != n:
+        raise ProtocolError(f"tensor {name!r}: {what} must be a list of {n}")
+    for x in v:
+        if type(x) not in (int, float) or not math.isfinite(x) or (low is not None and x < low):
+            raise ProtocolError(f"tensor {name!r}: bad {what} value {str(x)[:40]}")
+    return tuple(v)
+
+
+def parse_lossy(d: Any, name: str, dtype: str, shape: list[int], raw: int) -> Lossy:
+    """Validate a peer's ``"lossy"`` object for a tensor of ``dtype``, ``shape``, ``raw`` bytes.
+
+    The reduced size it implies never exceeds ``raw``, which the frame's limits bound, and
+    its lists are as long as the tensor has channels or batch items.
+    """
+    method = d.get("method") if type(d) is dict else None
+    if type(method) is not str or method not in LOSSY:
+        raise ProtocolError(f"tensor {name!r}: bad lossy method {str(method)[:40]!r}")
+    extra = set(d) - _KEYS[method]
+    if extra:
+        raise ProtocolError(f"tensor {name!r}: unknown lossy keys {sorted(extra)[:4]}")
+    if method == "none":
+        wanted, why = d.get("wanted"), d.get("why")
+        if wanted not in LOSSY or wanted == "none" or why not in WHY:
+            raise ProtocolError(f"tensor {name!r}: bad record of a skipped reduction")
+        return Lossy("none", raw, why=why)
+    size = _FLOATS.get(dtype)
+    if size is None or raw == 0:
+        raise ProtocolError(f"tensor {name!r}: {method} applies to non-empty floating tensors")
+    numel = raw // size
+    if method in _CASTS:
+        if size <= 2:
+            raise ProtocolError(f"tensor {name!r}: {method} of a {dtype} tensor")
+        return Lossy(method, numel * 2)
+    if method in QMAX:
+        channels = len(d["scale"]) if type(d.get("scale")) is list else -1
+        if channels != 1 and not (len(shape) >= 2 and channels == shape[1]):
+            raise ProtocolError(
+                f"tensor {name!r}: {channels} scales for shape {shape}"
+                " (1, or one per channel of dim 1)"
+            )
+        scale = _numbers(d.get("scale"), channels, "scale", name, low=0)
+        zero = _numbers(d.get("zero_point"), channels, "zero_point", name)
+        qmax = QMAX[method]
+        if any(type(z) is not int or not 0 <= z <= qmax for z in zero):
+            raise ProtocolError(f"tensor {name!r}: zero points must be integers 0-{qmax}")
+        return Lossy(method, numel if method == "int8" else (numel + 1) // 2, scale, zero)
+    # jpeg / webp
+    _, largest = _IMAGE[method]
+    if len(shape) != 4 or shape[1] not in (1, 3) or not 1 <= max(shape[2:]) <= largest:
+        raise ProtocolError(f"tensor {name!r}: {method} needs an image batch, not {shape}")
+    quality = d.get("quality")
+    if type(quality) is not int or not 1 <= quality <= 100:
+        raise ProtocolError(f"tensor {name!r}: bad {method} quality {str(quality)[:20]}")
+    scale = _numbers(d.get("scale"), shape[1], "scale", name, low=0)
+    offset = _numbers(d.get("offset"), shape[1], "offset", name)
+    sizes = _numbers(d.get("sizes"), shape[0], "sizes", name, low=1)
+    if any(type(s) is not int for s in sizes) or sum(sizes) >= raw:
+        raise ProtocolError(f"tensor {name!r}: bad {method} image sizes")
+    return Lossy(method, sum(sizes), scale, offset, sizes)
+
+
+def restore_into(
+    lossy: Lossy, name: str, dtype: torch.dtype, shape: tuple[int, ...], data: Any, out: Any
+) -> None:
+    """Restore a reduced tensor from its bytes ``data`` (exactly ``lossy.nbytes``) into
+    ``out`` (writable memory of the original tensor's size)."""
+    dst = torch.frombuffer(out, dtype=dtype).view(shape)
+    arr = np.frombuffer(data, np.uint8)
+    if not arr.flags.writeable or arr.ctypes.data % 8:  # torch wants writable, aligned memory
+        arr = arr.copy()
+    q = torch.from_numpy(arr)
+    method = lossy.method
+    if method in _CASTS:
+        dst.copy_(q.view(_CASTS[method]).view(shape))
+    elif method in QMAX:
+        numel = dst.numel()
+        if method == "int4":
+            q = torch.stack([q & 0x0F, q >> 4], dim=1).reshape(-1)[:numel]
+        x = q.to(torch.float32).view(shape)
+        if len(lossy.scale) == 1:
+            scale: Any = torch.tensor(lossy.scale[0], dtype=torch.float32)
+            zero: Any = lossy.zero[0]
+        else:
+            view = _channel_view(x, len(lossy.scale))
+            scale = torch.tensor(lossy.scale, dtype=torch.float32).view(view)
+            zero = torch.tensor(lossy.zero, dtype=torch.float32).view(view)
+        dst.copy_(x.sub_(zero).mul_(scale))
+    else:
+        _restore_images(lossy, name, shape, data, dst)
+
+
+def _restore_images(lossy: Lossy, name: str, shape: tuple[int, ...], data: Any, dst) -> None:
+    from PIL import Image
+
+    fmt, _ = _IMAGE[lossy.method]
+    n, c, h, w = shape
+    mode = "RGB" if c == 3 else "L"
+    modes = (mode, "RGB") if lossy.method == "webp" else (mode,)  # WebP stores grey as RGB
+    scale = torch.tensor(lossy.scale, dtype=torch.float32).view(c, 1, 1)
+    offset = torch.tensor(lossy.zero, dtype=torch.float32).view(c, 1, 1)
+    view = memoryview(data)
+    pos = 0
+    for i, size in enumerate(lossy.sizes):
+        try:
+            with Image.open(io.BytesIO(view[pos : pos + size]), formats=[fmt]) as img:
+                if img.size != (w, h) or img.mode not in modes:  # checked before decoding
+                    raise ProtocolError(
+                        f"tensor {name!r}: image {i} is {img.mode} {img.size[0]}x{img.size[1]},"
+                        f" the entry says {mode} {w}x{h}"
+                    )
+                pix = np.asarray(img if img.mode == mode else img.convert(mode))
+        except ProtocolError:
+            raise
+        except Exception as exc:  # Pillow raises many types on garbage
+            raise ProtocolError(f"tensor {name!r}: image {i} does not decode ({exc})") from None
+        p = torch.from_numpy(pix.copy()).view(h, w, c).permute(2, 0, 1)
+        dst[i].copy_(p.to(torch.float32).mul_(scale).add_(offset))
+        pos += size
