@@ -19,13 +19,14 @@ from experiment_design.transport import (
     DataChannel,
     DataServer,
     IntegrityError,
+    ProtocolError,
     TransportError,
     connect,
     derive,
 )
 from experiment_design.transport.auth import REPLY
 from experiment_design.transport.codec import EncodedTensor
-from experiment_design.transport.frame import PREFIX, pack_head
+from experiment_design.transport.frame import PREFIX, VERSION, pack_head
 
 SECRET = os.urandom(32)
 RAW = CodecConfig(codec="none", level=0, filter="none")
@@ -274,3 +275,48 @@ def _catch(fn):
         return fn()
     except Exception as exc:  # noqa: BLE001
         return exc
+
+
+def _lossy_frame(entry: dict, payload: bytes) -> bytes:
+    import json
+
+    table, header = json.dumps([entry]).encode(), b"{}"
+    return PREFIX.pack(b"TRCF", VERSION, 0, 1, len(table), len(header), len(payload)) + table + header
+
+
+@pytest.mark.parametrize(
+    "lossy, shape, payload",
+    [
+        ({"method": "int8", "scale": [0.1, 0.1], "zero_point": [0, 0]}, [4, 3], 12),
+        ({"method": "int8", "scale": [float("nan")], "zero_point": [0]}, [4, 3], 12),
+        ({"method": "jpeg", "quality": 10**9, "scale": [1.0] * 3, "offset": [0.0] * 3,
+          "sizes": [64]}, [1, 3, 8, 8], 64),
+        # a well-formed entry whose "images" are 300 kB of zeros (a large frame)
+        ({"method": "webp", "quality": 90, "scale": [1.0] * 3, "offset": [0.0] * 3,
+          "sizes": [300_000]}, [1, 3, 256, 256], 300_000),
+    ],
+    ids=["scale-list-length", "nan-scale", "huge-quality", "garbage-images"],
+)
+def test_a_hostile_lossy_entry_is_refused_and_the_channel_closed(lossy, shape, payload):
+    a, b = socket.socketpair()
+    client, server = derive(SECRET, bytes(32), bytes(32), encrypt=False)
+    left, right = DataChannel(a, RAW, session=client), DataChannel(b, RAW, session=server)
+    raw = 4
+    for d in shape:
+        raw *= d
+    entry = {"name": "x", "dtype": "float32", "shape": shape, "raw_nbytes": raw,
+             "encoded_nbytes": payload, "codec": "none", "chunks": [payload], "lossy": lossy}
+    sender = threading.Thread(
+        target=lambda: _catch(lambda: left.send_packed(_lossy_frame(entry, bytes(payload)),
+                                                       [bytes(payload)])),
+        daemon=True,
+    )
+    sender.start()
+    try:
+        with pytest.raises(ProtocolError):
+            right.recv()
+        assert right.closed
+    finally:
+        left.close()
+        right.close()
+        sender.join(10)

@@ -12,6 +12,7 @@ import threading
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from experiment_design.constants import LOSSY
 from experiment_design.transport import CodecConfig, DataChannel, TransportError, derive
 from experiment_design.transport.codec import CODECS, DTYPES
 from experiment_design.transport.frame import MAGIC, PREFIX, VERSION
@@ -28,6 +29,24 @@ json_values = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=20,
+)
+
+
+numbers = st.one_of(big_ints, st.floats(), st.sampled_from([0.0, 0.5, -1.0]))
+lossy_objects = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"method": st.sampled_from([*LOSSY, "int3", 5])},
+        optional={
+            "scale": st.lists(numbers, max_size=4),
+            "zero_point": st.lists(big_ints, max_size=4),
+            "offset": st.lists(numbers, max_size=4),
+            "sizes": st.lists(big_ints, max_size=3),
+            "quality": big_ints,
+            "wanted": st.sampled_from([*LOSSY, "x"]),
+            "why": st.sampled_from(["non-finite", "no gain", "x"]),
+        },
+    ),
 )
 
 
@@ -49,6 +68,8 @@ def entries(draw):
     enc = sum(chunks) if isinstance(chunks, list) and all(type(c) is int for c in chunks) else raw
     entry = {"name": draw(st.text(max_size=4) | json_values), "dtype": dtype, "shape": shape,
              "raw_nbytes": raw, "encoded_nbytes": enc, "codec": codec, "chunks": chunks}
+    if draw(st.integers(0, 2)) == 0:  # a reduced tensor's description, plausible or not
+        entry["lossy"] = draw(lossy_objects)
     for key in draw(st.lists(st.sampled_from(sorted(entry)), max_size=2)):
         entry.pop(key, None)
     return entry
