@@ -11,7 +11,8 @@ dtype and shape from the entry alone, whatever its own configuration::
      "offset": [...], "sizes": [...]}                          x = pixel * scale + offset
     {"method": "none", "wanted": "int8", "why": "non-finite"}  asked for, not applied
 
-int8/int4 parameters are one value (per tensor) or one per channel (dim 1). Their range
+int8/int4 parameters are one value (per tensor) or one per channel (dim 1 of a tensor of 3
+or more dimensions; a 2-D (N, F) tensor goes per tensor). Their range
 always holds 0 (as PyTorch's observers do), so a zero point is an integer in 0..qmax, a
 zero is sent exactly and every value is restored within ``scale / 2``; an all-zero tensor
 or channel has scale 0. int4 packs the first of each pair in the low nibble; an odd count
@@ -108,7 +109,9 @@ def _channel_view(t: torch.Tensor, n: int) -> tuple[int, ...]:
 def _quantize(t: torch.Tensor, method: str, granularity: str):
     qmax = QMAX[method]
     x = t if t.dtype in (torch.float32, torch.float64) else t.float()
-    per_channel = granularity == "channel" and x.dim() >= 2 and 1 < x.shape[1] <= MAX_CHANNELS
+    # Channels are dim 1 of a tensor with extent beyond it (N, C, H, W) or (N, C, L): in an
+    # (N, F) matrix each "channel" is one value, and a scale per value would outweigh it.
+    per_channel = granularity == "channel" and x.dim() >= 3 and 1 < x.shape[1] <= MAX_CHANNELS
     if per_channel:
         dims = [d for d in range(x.dim()) if d != 1]
         lo, hi = x.amin(dim=dims), x.amax(dim=dims)

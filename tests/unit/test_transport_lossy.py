@@ -397,3 +397,14 @@ def test_int8_at_every_cut_keeps_the_output_and_sends_a_quarter(model):
           f"{min(r[3] for r in rows):.3f}, below 3.9 at {short or 'no cut'}")
     assert all(cos >= 0.99 for _, cos, _, _ in rows), [r for r in rows if r[1] < 0.99]
     assert all(ratio >= 3.9 for _, _, ratio, _ in rows), [r for r in rows if r[2] < 3.9]
+
+
+def test_per_channel_needs_channels_with_extent():
+    # Regression: alexnet's (1, 1000) logits went "per channel" with 1000 scales and zero
+    # points for 1000 values, and that pair led the sweep's Pareto front on bytes.
+    logits = torch.randn(1, 1000, generator=_gen(21))
+    _, entry = _roundtrip(logits, CodecConfig(lossy="int8", granularity="channel"))
+    assert len(entry["lossy"]["scale"]) == 1
+    fmap = torch.randn(1, 8, 4, 4, generator=_gen(22))
+    _, entry = _roundtrip(fmap, CodecConfig(lossy="int8", granularity="channel"))
+    assert len(entry["lossy"]["scale"]) == 8
