@@ -204,7 +204,7 @@ def _print_splits(args: argparse.Namespace, sm, rows: list[dict]) -> None:
         ("type", "left"),
         ("output", "right"),
         ("crossing", "right"),
-        ("tensors", "right"),
+        ("values", "right"),
         ("cum params", "right"),
     ):
         table.add_column(col, justify=just)

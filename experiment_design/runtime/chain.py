@@ -217,7 +217,9 @@ class ChainServer:
             dev = self.owner.device
             if str(dev) != "cpu":
                 d0 = _ns()
-                tensors = {k: v.to(dev) for k, v in tensors.items()}
+                # plain values (ints, sizes) cross beside the tensors and stay as they are
+                tensors = {k: v.to(dev) if isinstance(v, torch.Tensor) else v
+                           for k, v in tensors.items()}
                 torch.cuda.synchronize(dev)
                 rec["decode_ms"] += (_ns() - d0) / 1e6
             with torch.inference_mode():
@@ -229,7 +231,7 @@ class ChainServer:
             rec["cpu_ms"] = (c1 - c0) / 1e6
             rec["layers"] = [[int(i), float(ms)] for i, ms in layers]
             if b < sm.n:
-                kept = {id(t) for t in tensors.values()}
+                kept = {id(t) for t in tensors.values() if isinstance(t, torch.Tensor)}
                 rec["forwarded_bytes"] = sum(t.numel() * t.element_size()
                                              for t in out.values() if id(t) in kept)
             job.out = out

@@ -25,7 +25,15 @@ from torch import Tensor, fx, nn
 
 from experiment_design.errors import TracrError
 from experiment_design.split.clock import cpu_clock, cuda_clock, ticks_to_ms
-from experiment_design.split.outputs import nbytes, on_cuda, param_count_bytes
+from experiment_design.split.outputs import (
+    crosses,
+    crossing_nbytes,
+    leaves,
+    nbytes,
+    on_cuda,
+    param_count_bytes,
+    rebuild,
+)
 from experiment_design.split.profile import FlopMeter
 from experiment_design.split.types import LayerInfo, SplitPoint, build_split_points
 
@@ -99,8 +107,13 @@ class _Recorder(fx.Interpreter):
         self.meter.start()
         out = super().run_node(n)
         ins = [a for a in n.all_input_nodes if a in self.facts]
+        names = leaves(n.name, out)
         self.facts[n] = {
-            "tensor": isinstance(out, Tensor),
+            "crosses": crosses(out),
+            "leaves": tuple(name for name, _ in names),
+            # structures holding tensors cross as their leaves; kept to rebuild them
+            "like": out if names[0][0] != n.name else None,
+            "cross_bytes": crossing_nbytes(out),
             "bytes": nbytes(out),
             "shape": tuple(out.shape) if isinstance(out, Tensor) else None,
             "flops": self.meter.stop(_type_name(n, self.module), out)
@@ -202,15 +215,36 @@ class GraphEngine:
         return infos
 
     def _split_points(self) -> list[SplitPoint]:
+        # per cut: its crossing nodes, and whether one of them crosses as its leaves
+        self._cross: list[list[fx.Node]] = []
+        self._structured: list[bool] = []
+
         def crossing_of(k: int):
             cross = self.crossing_nodes(k)
+            self._cross.append(cross)
+            self._structured.append(any(self.facts[c]["like"] is not None for c in cross))
             return (
-                [c.name for c in cross],
-                sum(self.facts[c]["bytes"] for c in cross),
-                all(self.facts[c]["tensor"] for c in cross) and bool(cross),
+                [name for c in cross for name in self.facts[c]["leaves"]],
+                sum(self.facts[c]["cross_bytes"] for c in cross),
+                all(self.facts[c]["crosses"] for c in cross) and bool(cross),
             )
 
         return build_split_points(self.layers, crossing_of)
+
+    def _pack(self, k: int, vals: Any) -> dict[str, Any]:
+        """The crossing values of cut k (by name) from its crossing nodes' values."""
+        if not self._structured[k]:
+            return dict(zip(self.points[k].crossing, vals, strict=True))
+        out: dict[str, Any] = {}
+        for c, v in zip(self._cross[k], vals, strict=True):
+            out.update(leaves(c.name, v))
+        return out
+
+    def _unpack(self, k: int, crossing: dict[str, Any]) -> list[Any]:
+        """The values of cut k's crossing nodes, structures rebuilt from their leaves."""
+        if not self._structured[k]:
+            return [crossing[n] for n in self.points[k].crossing]
+        return [rebuild(c.name, self.facts[c]["like"], crossing) for c in self._cross[k]]
 
     # ---- code generation --------------------------------------------------
     def _split_source(self) -> bool:
@@ -332,19 +366,17 @@ class GraphEngine:
 
     # ---- execution --------------------------------------------------------
     def run_prefix(self, k: int, x: Tensor, timed: bool = False):
-        """Crossing tensors of cut k and, if timed, per-layer ms of layers 1..k."""
-        names = self.points[k].crossing
+        """Crossing values of cut k and, if timed, per-layer ms of layers 1..k."""
         clock = (cuda_clock if on_cuda(x) else cpu_clock) if timed else None
         out = self._module(k, "prefix", clock)(x)
         if clock is None:
-            return dict(zip(names, out, strict=True)), []
+            return self._pack(k, out), []
         vals, ticks = out
-        return dict(zip(names, vals, strict=True)), ticks_to_ms(1, ticks)
+        return self._pack(k, vals), ticks_to_ms(1, ticks)
 
-    def run_suffix(self, k: int, crossing: dict[str, Tensor], timed: bool = False):
-        """Model output from the crossing tensors; per-layer ms of layers k+1..n if timed."""
-        names = self.points[k].crossing
-        args = [crossing[n] for n in names]
+    def run_suffix(self, k: int, crossing: dict[str, Any], timed: bool = False):
+        """Model output from the crossing values; per-layer ms of layers k+1..n if timed."""
+        args = self._unpack(k, crossing)
         clock = (cuda_clock if on_cuda(args) else cpu_clock) if timed else None
         out = self._module(k, "suffix", clock)(*args)
         if clock is None:
@@ -352,18 +384,18 @@ class GraphEngine:
         result, ticks = out
         return result, ticks_to_ms(k + 1, ticks)
 
-    def run_segment(self, a: int, b: int, crossing: dict[str, Tensor], timed: bool = False):
-        """Crossing tensors of cut b from those of cut a; per-layer ms of layers a+1..b if timed.
+    def run_segment(self, a: int, b: int, crossing: dict[str, Any], timed: bool = False):
+        """Crossing values of cut b from those of cut a; per-layer ms of layers a+1..b if timed.
 
-        Values of cut b made before a are the very tensors received.
+        Values of cut b made before a are the very objects received.
         """
-        args = [crossing[n] for n in self.points[a].crossing]
+        args = self._unpack(a, crossing)
         clock = (cuda_clock if on_cuda(args) else cpu_clock) if timed else None
         out = self._module((a, b), "segment", clock)(*args)
         if clock is None:
-            return dict(zip(self.points[b].crossing, out, strict=True)), []
+            return self._pack(b, out), []
         vals, ticks = out
-        return dict(zip(self.points[b].crossing, vals, strict=True)), ticks_to_ms(a + 1, ticks)
+        return self._pack(b, vals), ticks_to_ms(a + 1, ticks)
 
     def run_full(self, x: Tensor, timed: bool = False):
         """The whole model through the engine."""

@@ -33,10 +33,14 @@ from experiment_design.errors import TracrError
 from experiment_design.split.clock import cpu_clock, cuda_clock
 from experiment_design.split.graph import check_depth
 from experiment_design.split.outputs import (
+    crosses,
+    crossing_nbytes,
     iter_tensors,
+    leaves,
     nbytes,
     on_cuda,
     param_count_bytes,
+    rebuild,
 )
 from experiment_design.split.profile import FlopMeter
 from experiment_design.split.types import LayerInfo, SplitPoint, build_split_points
@@ -204,7 +208,7 @@ class HookEngine:
 
     def _names(self, i: int) -> list[str]:
         base = INPUT if i == 0 else self.units[i - 1][0]
-        return [name for name, _ in _leaves(base, self._value(i))]
+        return [name for name, _ in leaves(base, self._value(i))]
 
     def _layer_infos(self) -> list[LayerInfo]:
         infos = []
@@ -232,9 +236,9 @@ class HookEngine:
             units = self.crossing_units(k)
             return (
                 [nm for i in units for nm in self._names(i)],
-                sum(nbytes(self._value(i)) for i in units),
+                sum(crossing_nbytes(self._value(i)) for i in units),
                 bool(units)
-                and all(_all_tensors(self._value(i)) for i in units)
+                and all(crosses(self._value(i)) for i in units)
                 and not 0 < k < self._last_untracked,
             )
 
@@ -271,7 +275,7 @@ class HookEngine:
         """Crossing tensors of cut k; per-unit ms of units 1..k if timed."""
         return self.run_segment(0, k, {INPUT: x}, timed)
 
-    def run_segment(self, a: int, b: int, crossing: dict[str, Tensor], timed: bool = False):
+    def run_segment(self, a: int, b: int, crossing: dict[str, Any], timed: bool = False):
         """Crossing tensors of cut b from those of cut a; per-unit ms of units a+1..b if timed.
 
         The pass runs with units 1..a stubbed out and stops after unit b; values of
@@ -310,10 +314,10 @@ class HookEngine:
             if i <= a:
                 out.update((name, crossing[name]) for name in self._names(i))
             else:
-                out.update(_leaves(self.units[i - 1][0], got[i]))
+                out.update(leaves(self.units[i - 1][0], got[i]))
         return out, times
 
-    def run_suffix(self, k: int, crossing: dict[str, Tensor], timed: bool = False):
+    def run_suffix(self, k: int, crossing: dict[str, Any], timed: bool = False):
         """Model output from the crossing tensors, units 1..k stubbed out."""
         times: list[tuple[int, float]] = []
         with self._stubbed(k, crossing) as x:
@@ -330,7 +334,7 @@ class HookEngine:
         return out, times
 
     @contextmanager
-    def _stubbed(self, k: int, crossing: dict[str, Tensor]) -> Iterator[Any]:
+    def _stubbed(self, k: int, crossing: dict[str, Any]) -> Iterator[Any]:
         """Units 1..k replaced by stubs for the duration; yields the input to run the model on.
 
         A stub returns what was received for its unit, or ``torch.empty`` placeholders
@@ -338,9 +342,12 @@ class HookEngine:
         The input is the received one when given (always for a prefix), else such a
         placeholder.
         """
-        some = next(iter(crossing.values()))
-        device, batch = some.device, some.shape[0]
         scale_from = self.example.shape[0]
+        some = next(iter_tensors(list(crossing.values())), None)
+        if some is None:  # only plain values cross: nothing says where or how many
+            device, batch = self.example.device, scale_from
+        else:
+            device, batch = some.device, some.shape[0]
 
         def empty_like_recorded(t: Tensor) -> Tensor:
             shape = list(t.shape)
@@ -359,7 +366,7 @@ class HookEngine:
 
         def received(i: int) -> Any:
             base = INPUT if i == 0 else self.units[i - 1][0]
-            return _rebuild(base, self._value(i), crossing)
+            return rebuild(base, self._value(i), crossing)
 
         cross_units = set(self.crossing_units(k))
         x = crossing[INPUT] if INPUT in crossing else empty_like_recorded(self.example)
@@ -398,28 +405,3 @@ class _Stub:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.value
-
-
-def _leaves(base: str, v: Any) -> list[tuple[str, Any]]:
-    """(name, leaf) pairs of a nested output: ``model.22[1][feats][0]``."""
-    if isinstance(v, (tuple, list)):
-        return [p for j, item in enumerate(v) for p in _leaves(f"{base}[{j}]", item)]
-    if isinstance(v, dict):
-        return [p for key, item in v.items() for p in _leaves(f"{base}[{key}]", item)]
-    return [(base, v)]
-
-
-def _all_tensors(v: Any) -> bool:
-    leaves = _leaves("", v)
-    return bool(leaves) and all(isinstance(t, Tensor) for _, t in leaves)
-
-
-def _rebuild(base: str, like: Any, crossing: dict[str, Tensor]) -> Any:
-    """The structure of ``like`` with its tensors taken from ``crossing`` by name."""
-    if isinstance(like, (tuple, list)):
-        return type(like)(_rebuild(f"{base}[{j}]", item, crossing) for j, item in enumerate(like))
-    if isinstance(like, dict):
-        return type(like)(
-            (key, _rebuild(f"{base}[{key}]", item, crossing)) for key, item in like.items()
-        )
-    return crossing[base]

@@ -112,7 +112,7 @@ class SplitModel:
         return len(self.layers)
 
     def valid_splits(self) -> list[int]:
-        """Cut indices whose crossing values are all tensors."""
+        """Cut indices whose crossing values can all cross (tensors and plain data)."""
         return [p.index for p in self.points if p.valid]
 
     def _check(self, k: int) -> None:
@@ -120,7 +120,8 @@ class SplitModel:
             raise TracrError(f"split {k} is out of range", hint=f"use 0..{self.n}")
         if not self.points[k].valid:
             raise TracrError(
-                f"split {k} ({self.points[k].layer}) is not a valid cut: a non-tensor value crosses it",
+                f"split {k} ({self.points[k].layer}) is not a valid cut: a value that is "
+                "neither a tensor nor plain data crosses it",
                 hint="pick one of valid_splits()",
             )
 
@@ -133,7 +134,7 @@ class SplitModel:
                 hint=f"a stage (a, b) runs layers a+1..b with 0 <= a <= b <= {self.n}",
             )
 
-    def _check_crossing(self, k: int, crossing: dict[str, Tensor]) -> None:
+    def _check_crossing(self, k: int, crossing: dict[str, Any]) -> None:
         missing = [n for n in self.points[k].crossing if n not in crossing]
         if missing:
             raise TracrError(f"split {k}: crossing tensors missing: {', '.join(missing)}")
@@ -175,14 +176,15 @@ class SplitModel:
 
     def run_prefix(
         self, k: int, x: Tensor, *, timed: bool = False
-    ) -> tuple[dict[str, Tensor], list[tuple[int, float]]]:
-        """Run layers 1..k; return the crossing tensors (name -> tensor) and per-layer ms."""
+    ) -> tuple[dict[str, Any], list[tuple[int, float]]]:
+        """Run layers 1..k; return the crossing values (name -> tensor or plain data, see
+        :mod:`experiment_design.transport.plain`) and per-layer ms."""
         self._check(k)
         with torch.no_grad():
             return self.engine.run_prefix(k, x, timed)
 
     def run_suffix(
-        self, k: int, crossing: dict[str, Tensor], *, timed: bool = False
+        self, k: int, crossing: dict[str, Any], *, timed: bool = False
     ) -> tuple[Any, list[tuple[int, float]]]:
         """Run layers k+1..n from the crossing tensors; never recomputes layers 1..k."""
         self._check(k)
@@ -191,8 +193,8 @@ class SplitModel:
             return self.engine.run_suffix(k, crossing, timed)
 
     def run_segment(
-        self, a: int, b: int, crossing: dict[str, Tensor], *, timed: bool = False
-    ) -> tuple[dict[str, Tensor], Timings]:
+        self, a: int, b: int, crossing: dict[str, Any], *, timed: bool = False
+    ) -> tuple[dict[str, Any], Timings]:
         """Run layers a+1..b from the crossing tensors of cut a; return those of cut b
         (name -> tensor, in ``points[b].crossing`` order) and per-layer ms of a+1..b.
 
@@ -207,7 +209,7 @@ class SplitModel:
             return self.engine.run_segment(a, b, crossing, timed)
 
     def run_stage(
-        self, a: int, b: int, crossing: dict[str, Tensor] | Tensor, *, timed: bool = False
+        self, a: int, b: int, crossing: dict[str, Any] | Tensor, *, timed: bool = False
     ) -> tuple[Any, Timings]:
         """One pipeline stage: layers a+1..b, so that every stage is the same call.
 

@@ -1,4 +1,10 @@
-"""Helpers over model outputs: flatten nested outputs, compare them, count bytes."""
+"""Helpers over model outputs and crossing values: flatten, classify, compare, count bytes.
+
+What may cross a cut is decided here, once, for both engines: tensors, plain data
+(ints, sizes, None, ...: :func:`~experiment_design.transport.plain.is_plain`), and
+tuples, lists and dicts holding tensors, which cross as their leaves (``name[0]``,
+``name[1]``, ...) and are rebuilt on the far side.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from experiment_design.transport.plain import is_plain, plain_nbytes
 
 
 def iter_tensors(obj: Any) -> Iterator[Tensor]:
@@ -19,6 +27,49 @@ def iter_tensors(obj: Any) -> Iterator[Tensor]:
     elif isinstance(obj, dict):
         for item in obj.values():
             yield from iter_tensors(item)
+
+
+def _holds_tensor(obj: Any) -> bool:
+    return isinstance(obj, (tuple, list, dict)) and next(iter_tensors(obj), None) is not None
+
+
+def leaves(base: str, v: Any) -> list[tuple[str, Any]]:
+    """(name, leaf) pairs of a crossing value: a tuple, list or dict holding a tensor is
+    taken apart (``base[0]``, ``base[key]``, nested), anything else is one leaf."""
+    if not _holds_tensor(v):
+        return [(base, v)]
+    items = v.items() if isinstance(v, dict) else enumerate(v)
+    return [p for key, item in items for p in leaves(f"{base}[{key}]", item)]
+
+
+def rebuild(base: str, like: Any, crossing: dict[str, Any]) -> Any:
+    """The value named ``base`` put back together from its :func:`leaves` in ``crossing``;
+    ``like`` (the value recorded when profiling) gives the structure."""
+    if not _holds_tensor(like):
+        return crossing[base]
+    if isinstance(like, dict):
+        return type(like)(
+            (key, rebuild(f"{base}[{key}]", item, crossing)) for key, item in like.items()
+        )
+    items = [rebuild(f"{base}[{j}]", item, crossing) for j, item in enumerate(like)]
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
+
+
+def crosses(v: Any) -> bool:
+    """True if ``v`` can cross a cut: every leaf is a tensor or plain data."""
+    return all(isinstance(leaf, Tensor) or is_plain(leaf) for _, leaf in leaves("", v))
+
+
+def crossing_nbytes(v: Any) -> int:
+    """Bytes ``v`` puts on the wire: its tensors' bytes, plus each plain leaf's encoded
+    size (0 for a leaf that cannot cross)."""
+    total = 0
+    for _, leaf in leaves("", v):
+        if isinstance(leaf, Tensor):
+            total += leaf.numel() * leaf.element_size()
+        elif is_plain(leaf):
+            total += plain_nbytes(leaf)
+    return total
 
 
 def flatten_output(out: Any) -> list[Tensor]:

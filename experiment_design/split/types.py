@@ -37,8 +37,10 @@ class SplitPoint:
     """Cut k: the edge runs layers 1..k, the cloud runs k+1..n.
 
     ``crossing`` names every value produced before the cut and used after it
-    (skip connections included), each once. ``valid`` is False when one of them
-    is not a tensor; sweeps skip such cuts.
+    (skip connections included), each once: a tuple, list or dict holding tensors
+    as its leaves (``name[0]``, ...). ``valid`` is False when one of them is neither
+    a tensor nor plain data (ints, sizes, None: ``transport/plain.py``); sweeps skip
+    such cuts. ``crossing_bytes`` counts a plain value as its encoded size.
     """
 
     index: int

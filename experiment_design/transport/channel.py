@@ -55,12 +55,15 @@ from experiment_design.transport.frame import (
     parse_table,
     small_raw_table,
 )
+from experiment_design.transport.plain import NotPlain, decode_plain, encode_plain
 from experiment_design.transport.session import SMALL_FRAME, TAG, Session
 
 log = logging.getLogger(__name__)
 
 PROBE_OP = "__probe__"
 PROBE_ACK_OP = "__probe_ack__"
+#: the header key under which plain (non-tensor) values cross, name -> tagged JSON
+PLAIN_KEY = "__plain__"
 _COALESCE = (
     64 * 1024
 )  # below this, header and payload leave in one write (one segment with NODELAY)
@@ -77,6 +80,47 @@ _UNPACK = PREFIX.unpack_from
 _Tensor = torch.Tensor
 _from_numpy = torch.from_numpy
 _ndarray = np.ndarray
+
+
+def _with_plain(
+    header: dict[str, Any], values: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(header, tensors): the non-tensor values of ``values`` moved into the header, in
+    their tagged JSON form (``plain.py``); a value that is neither is a TracrError."""
+    tensors: dict[str, Any] = {}
+    plain: dict[str, Any] = {}
+    for name, v in values.items():
+        if isinstance(v, _Tensor):
+            tensors[name] = v
+        else:
+            plain[name] = v
+    if not plain:
+        return header, values
+    if PLAIN_KEY in header:
+        raise TracrError(f"header key {PLAIN_KEY!r} is reserved for plain values")
+    for name, v in plain.items():
+        try:
+            plain[name] = encode_plain(v)
+        except NotPlain as exc:
+            raise NotPlain(
+                f"'{name}' cannot cross the data path: {exc.message}",
+                hint="tensors and plain data (None, bool, int, float, str, torch.Size, "
+                "tuples, lists and str-keyed dicts of them) cross; nothing is pickled",
+            ) from None
+    return {**header, PLAIN_KEY: {"d": plain}}, tensors
+
+
+def _take_plain(
+    header: dict[str, Any], tensors: dict[str, torch.Tensor], limits: Limits
+) -> None:
+    """Move the plain values a peer sent in ``header`` into ``tensors``, checked."""
+    plain = decode_plain(header.pop(PLAIN_KEY), limits.max_plain_items)
+    if type(plain) is not dict:
+        raise ProtocolError("frame's plain values are not a dict")
+    for name, v in plain.items():
+        if name in tensors:
+            raise ProtocolError(f"frame carries {name!r} both as a tensor and a plain value")
+        tensors[name] = v
 
 
 def _small_raw(tensors: dict[str, torch.Tensor]) -> tuple[bytes, int, int, list[Any]] | None:
@@ -217,10 +261,18 @@ class DataChannel:
     ) -> SendStats:
         """Send one message: a JSON-able ``header`` and named tensors (encoded with ``codec``
         or the channel's codec). Tensors on an accelerator are copied to the CPU first and
-        that copy counts as encoding time."""
+        that copy counts as encoding time.
+
+        ``tensors`` may also hold plain data (ints, sizes, None, ...: ``plain.py``),
+        which crosses in the header, never pickled; :meth:`recv` returns it in the same
+        dict with its exact type."""
         cfg = codec or self.codec
         t0 = now_ms()
         fast = None if cfg.compresses or not tensors else _small_raw(tensors)
+        if fast is None and tensors:
+            header, tensors = _with_plain(header, tensors)
+            if not cfg.compresses and tensors:
+                fast = _small_raw(tensors)
         if fast is not None:  # small raw tensors: cached table, numpy buffers, no dataclasses
             table, nbuf, payload, buffers = fast
             text = encode_header(header)
@@ -326,7 +378,10 @@ class DataChannel:
         with self._recv_lock:
             self._check_open()
             try:
-                return self._read_frame()
+                header, tensors, stats = self._read_frame()
+                if PLAIN_KEY in header:
+                    _take_plain(header, tensors, self.limits)
+                return header, tensors, stats
             except TransportError:
                 self.close()
                 raise

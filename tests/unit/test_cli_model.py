@@ -54,3 +54,16 @@ def test_model_ls_json():
     assert proc.returncode == 0, proc.stderr
     names = {r["name"] for r in json.loads(proc.stdout)}
     assert {"alexnet", "resnet18", "efficientnet_b0"} <= names
+
+
+def test_model_splits_of_a_shape_computing_model_are_all_valid_and_exact():
+    # shufflenet computes x.size() and channels // 2: those cuts were invalid (198 of 368
+    # valid); --tolerance 0 asks for split == unsplit exactly at every cut
+    proc = _tracr(
+        "model", "splits", "torchvision:shufflenet_v2_x1_0", "--verify", "--json",
+        "--input-shape", "3x64x64", "--tolerance", "0",
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert len(rows) == 368 and all(r["valid"] for r in rows)
+    assert all(r["max_abs_diff"] == 0.0 for r in rows)
