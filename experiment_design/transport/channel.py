@@ -269,6 +269,7 @@ class DataChannel:
         cfg = codec or self.codec
         t0 = now_ms()
         fast = None if cfg.compresses or not tensors else _small_raw(tensors)
+        params = 0
         if fast is None and tensors:
             header, tensors = _with_plain(header, tensors)
             if not cfg.compresses and tensors:
@@ -288,13 +289,16 @@ class DataChannel:
                 buffers = [b for e in encoded for b in e.buffers]
                 raw = sum(e.raw_nbytes for e in encoded)
             payload = sum(map(len, buffers))
+            # a lossy tensor's scales and zero points ride in the table: they are part of
+            # what the cut costs, and per channel they are not small
+            params = sum(e.param_nbytes for e in encoded if e.lossy is not None)
         else:
             head, buffers, raw, payload = pack_head(header, ()), (), 0, 0
         t1 = now_ms()
         with self._send_lock:
             wire = self._write(head, buffers, payload)
         t2 = now_ms()
-        return SendStats(raw, payload, t1 - t0, t2 - t1, wire)
+        return SendStats(raw, payload + params, t1 - t0, t2 - t1, wire)
 
     def send_packed(self, head: bytes, buffers: Any = ()) -> int:
         """Seal and send a frame already packed (prefix, table, header in ``head``; the

@@ -408,3 +408,15 @@ def test_per_channel_needs_channels_with_extent():
     fmap = torch.randn(1, 8, 4, 4, generator=_gen(22))
     _, entry = _roundtrip(fmap, CodecConfig(lossy="int8", granularity="channel"))
     assert len(entry["lossy"]["scale"]) == 8
+
+
+def test_the_bytes_a_send_reports_include_the_scales_in_the_table(pair):
+    # Regression: SendStats.encoded_bytes (the rows' bytes_encoded, "bytes at the cut")
+    # counted the payload only; 64 per-channel scales and zero points were free.
+    sender, receiver = pair
+    t = torch.randn(1, 64, 2, 2, generator=_gen(23))
+    cfg = CodecConfig(codec="none", lossy="int8", granularity="channel")
+    _, stats, _ = _send(sender, receiver, {"x": t}, cfg)
+    enc = encode_tensor("x", t, cfg)
+    assert enc.param_nbytes > 64 * 2  # at least a digit and a comma per value
+    assert stats.encoded_bytes == enc.encoded_nbytes + enc.param_nbytes
