@@ -362,6 +362,9 @@ class Measurements(Message):
     #: chains: each member's start-up profile, and every probed link by "from>to"
     profiles: dict | None = None
     links: dict | None = None
+    #: the fidelity probe the head runs before the partitioner's setup (a partitioner's
+    #: ``probe_request()``), when a partitioner scored afterwards needs one
+    fidelity: dict | None = None
 
 
 @dataclass
@@ -370,6 +373,15 @@ class PartitionerPlan(Message):
 
     sweep_length: int | None = None
     decision: dict | None = None
+    #: the start-up fidelity probe's table, when one ran (left out of the JSON otherwise)
+    fidelity: dict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form; without a probe, what it always was."""
+        out = super().to_dict()
+        if out.get("fidelity") is None:
+            out.pop("fidelity", None)
+        return out
 
 
 def partition_context(info: SetupInfo, measured: Measurements) -> dict[str, Any]:

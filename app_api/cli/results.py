@@ -398,10 +398,21 @@ def _print_partitioners(console, summary: dict) -> None:
         if p.get("error"):
             t.add_row(label, "-", "-", "-", "-", "-", "-", str(p["error"]))
             continue
-        t.add_row(label, str(p.get("chosen")), _f(p.get("chosen_ms")), str(p.get("best")),
+        chosen, best = str(p.get("chosen")), str(p.get("best"))
+        if p.get("transport"):  # a (split, transport) pair, scored among the measured pairs
+            chosen, best = f"{chosen} {p['transport']}", f"{best} {p.get('best_transport')}"
+        t.add_row(label, chosen, _f(p.get("chosen_ms")), best,
                   _f(p.get("best_ms")), _f(p.get("regret"), 3), _f(p.get("spearman"), 3),
                   str(p.get("criterion") or ""))
     console.print(t)
+    for label, p in parts.items():
+        floor = p.get("floor")
+        if floor and not p.get("error"):
+            met = {True: "meets", False: "does NOT meet", None: "was not measured against"}[
+                p.get("meets_floor_measured")]
+            console.print(f"{label}: its pair {met} the floor {floor['metric']} >= "
+                          f"{floor['min']} as measured; best = the fastest measured pair "
+                          "that meets it")
     noise = summary.get("measurement_noise")
     if noise:
         console.print(f"measurement noise: split-half regret {noise['regret']:.3f} (the best split "

@@ -7,6 +7,11 @@ profiles and the probed link) and scored: did it pick the measured best split
 (``regret = chosen_ms / best_ms``, 1.0 is perfect), and how well does its
 predicted latency rank the splits (Spearman's rank correlation between its
 predicted and the measured totals across split points)?
+
+A partitioner that chooses the transport too (``split-codec``, whose ``needs`` has
+``fidelity``) is scored, on a (split, transport) sweep, against the measured pairs:
+``regret = its pair's measured median / the best measured median among the pairs whose
+measured fidelity meets the same floor``, and whether its pair meets the floor as measured.
 """
 
 from __future__ import annotations
@@ -73,10 +78,118 @@ def _num(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
+def _needs_fidelity(name: str) -> bool:
+    from experiment_design.partitioners import get_partitioner
+
+    return "fidelity" in get_partitioner(name).needs
+
+
+def pair_params(params: Mapping, sweep: Mapping | None) -> dict:
+    """A scored split-codec's params, with the sweep's ``transports`` and ``splits`` where
+    it names none: it then chooses among the pairs the sweep measured."""
+    out = dict(params)
+    for key in ("transports", "splits"):
+        if key not in out and (sweep or {}).get(key) is not None:
+            out[key] = (sweep or {})[key]
+    return out
+
+
+def _create(name: str, params: Mapping, sweep: Mapping | None) -> Any:
+    from experiment_design.partitioners import create_partitioner
+
+    if _needs_fidelity(name):
+        params = pair_params(params, sweep)
+    return create_partitioner(name, **params)
+
+
+def fidelity_request(names: Iterable[str | Mapping], sweep: Mapping | None) -> dict | None:
+    """The head's start-up fidelity probe that the scored partitioners need (the union of
+    each one's ``probe_request()``), or None when none needs one."""
+    out: dict | None = None
+    for entry in names:
+        _, name, params = _spec(entry)
+        if not _needs_fidelity(name):
+            continue
+        req = _create(name, params, sweep).probe_request()
+        if out is None:
+            out = req
+            continue
+        seen = {json.dumps(t, sort_keys=True) for t in out["transports"]}
+        out["transports"] += [t for t in req["transports"]
+                              if json.dumps(t, sort_keys=True) not in seen]
+        if "all" in (out["splits"], req["splits"]):
+            out["splits"] = "all"
+        else:
+            out["splits"] = sorted(set(out["splits"]) | set(req["splits"]))
+        out["items"] = max(out["items"], req["items"])
+        out["max_splits"] = None if not (out["max_splits"] and req["max_splits"]) else max(
+            out["max_splits"], req["max_splits"])
+    return out
+
+
+#: the measured pair column each floor metric of split-codec reads
+_MEASURED_METRIC = {"top1_agree": "top1_agreement", "cosine": "cosine_min"}
+
+
+def score_pairs(name: str, params: Mapping, ctx: Any, pairs: Sequence[Mapping],
+                sweep: Mapping | None = None) -> dict:
+    """Score a partitioner that picks a (split, transport) pair against the measured pairs
+    (``summary["codecs"]["pairs"]``): set up on ``ctx`` (its fidelity probe included) among
+    the measured splits, its pair's measured median over the best measured median of the
+    pairs whose measured fidelity meets its floor. Raises TracrError when it cannot decide."""
+    from experiment_design.partitioners.split_codec import meets
+
+    measured = {(int(p["split"]), str(p["transport"])): p for p in pairs
+                if p.get("e2e_ms_median") is not None}
+    splits = {k for k, _ in measured}
+    run_ctx = dataclasses.replace(
+        ctx, valid_splits=[k for k in ctx.valid_splits if k in splits] or list(ctx.valid_splits))
+    part = _create(name, params, sweep)
+    part.setup(run_ctx)
+    dec = json.loads(json.dumps(part.decision(), default=str))
+    floor = dec["floor"]
+    col = _MEASURED_METRIC[floor["metric"]]
+    above = [p for p in measured.values() if meets(p.get(col), floor)]
+    best = min(above, key=lambda p: (p["e2e_ms_median"], p["split"], p["transport"]),
+               default=None)
+    key = (int(dec["chosen"]), str(dec["transport"]))
+    mine = measured.get(key)
+    chosen_ms = _num(mine["e2e_ms_median"]) if mine else None
+    best_ms = _num(best["e2e_ms_median"]) if best else None
+    predicted = {(int(r["split"]), str(r["transport"])): float(r["predicted_ms"])
+                 for r in dec.get("pairs") or []}
+    common = sorted(set(predicted) & set(measured))
+    notes = list(dec.get("notes") or [])
+    if mine is None:
+        notes.append(f"chosen pair {key} was not measured in the sweep")
+    if best is None:
+        notes.append(f"no measured pair meets {floor['metric']} >= {floor['min']}")
+    return {
+        "name": name, "chosen": key[0], "transport": key[1], "chosen_ms": chosen_ms,
+        "best": best["split"] if best else None,
+        "best_transport": best["transport"] if best else None, "best_ms": best_ms,
+        "regret": chosen_ms / best_ms if chosen_ms is not None and best_ms else None,
+        "floor": floor,
+        "meets_floor_measured": None if mine is None else meets(mine.get(col), floor),
+        "meets_floor_probed": (dec.get("fidelity") or {}).get("meets_floor"),
+        "measured_fidelity": None if mine is None else {
+            "top1_agreement": mine.get("top1_agreement"), "cosine_min": mine.get("cosine_min")},
+        "spearman": spearman([predicted[k] for k in common], [measured[k]["e2e_ms_median"]
+                                                            for k in common]),
+        "spearman_n": len(common),
+        "predicted_chosen_ms": _num(dec.get("chosen_ms")),
+        "criterion": dec.get("criterion"),
+        "notes": notes,
+        "decision": dec,
+    }
+
+
 def evaluate_partitioners(
     names: Iterable[str | Mapping],
     ctx: Any,
     measured_medians: Mapping[int, float],
+    pairs: Sequence[Mapping] | None = None,
+    sweep: Mapping | None = None,
 ) -> dict:
     """Score partitioners against measured medians.
 
@@ -88,10 +201,11 @@ def evaluate_partitioners(
     Returns ``{label: {chosen, chosen_ms, best, best_ms, regret, spearman,
     predicted, criterion, decision}}``; a partitioner that cannot decide
     (e.g. no profile) gets ``{"error": message}`` instead of failing the
-    whole summary.
+    whole summary. With ``pairs`` (a (split, transport) sweep's measured pairs) a
+    partitioner that needs ``fidelity`` is scored by :func:`score_pairs` instead, with
+    ``sweep`` (the sweep's params) giving it the sweep's transports.
     """
     from experiment_design.errors import TracrError
-    from experiment_design.partitioners import create_partitioner
 
     measured = {
         int(k): float(v)
@@ -108,8 +222,15 @@ def evaluate_partitioners(
     out: dict[str, dict] = {}
     for entry in names:
         label, name, params = _spec(entry)
+        if pairs and _needs_fidelity(name):
+            try:
+                out[label] = score_pairs(name, params, ctx, pairs, sweep)
+            except TracrError as e:
+                log.warning("partitioner %s could not decide: %s", label, e)
+                out[label] = {"name": name, "error": str(e), "hint": e.hint}
+            continue
         try:
-            part = create_partitioner(name, **params)
+            part = _create(name, params, sweep)
             part.setup(run_ctx)
             dec = json.loads(json.dumps(part.decision(), default=str))
         except TracrError as e:
@@ -193,12 +314,14 @@ def measurement_noise(rows: Iterable[Mapping]) -> dict | None:
 
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:
     """The compact per-partitioner block for ``summary.json["partitioners"]``."""
-    keys = ("chosen", "chosen_ms", "best", "best_ms", "regret", "spearman", "criterion", "error")
+    keys = ("chosen", "transport", "chosen_ms", "best", "best_transport", "best_ms", "regret",
+            "spearman", "floor", "meets_floor_measured", "criterion", "error")
     return {label: {k: ev[k] for k in keys if k in ev} for label, ev in evaluation.items()}
 
 
 def bandwidth_what_if(
-    names: Iterable[str | Mapping], ctx: Any, bandwidths_Bps: Sequence[float]
+    names: Iterable[str | Mapping], ctx: Any, bandwidths_Bps: Sequence[float],
+    sweep: Mapping | None = None,
 ) -> dict:
     """How each partitioner's choice moves with link bandwidth, from the same profiles.
 
@@ -207,7 +330,6 @@ def bandwidth_what_if(
     ``{bandwidth: {label: {chosen, predicted_chosen_ms}}}``.
     """
     from experiment_design.errors import TracrError
-    from experiment_design.partitioners import create_partitioner
 
     rtt = float((ctx.network or {}).get("rtt_ms") or 0.0)
     out: dict[float, dict] = {}
@@ -221,13 +343,15 @@ def bandwidth_what_if(
             if name == "measured":
                 continue  # needs a real sweep at that bandwidth
             try:
-                part = create_partitioner(name, **params)
+                part = _create(name, params, sweep)
                 part.setup(c)
             except TracrError as e:
                 row[label] = {"error": str(e)}
                 continue
             dec = part.decision()
             row[label] = {"chosen": dec["chosen"], "predicted_chosen_ms": dec.get("chosen_ms")}
+            if dec.get("transport"):
+                row[label]["transport"] = dec["transport"]
         out[float(bw)] = row
     return out
 
@@ -276,6 +400,8 @@ def evaluate_run(
     splits: Iterable[Mapping],
     run_dir: str | Path | None = None,
     bandwidths_Bps: Sequence[float] = (),
+    pairs: Sequence[Mapping] | None = None,
+    sweep: Mapping | None = None,
 ) -> dict:
     """The observer's one call after a sweep: score, write ``partitioners.json``, return the summary block.
 
@@ -283,16 +409,19 @@ def evaluate_run(
     ``to_dict()``, profiles and probed network included); ``splits`` are
     ``summary["splits"]`` rows; ``bandwidths_Bps`` (e.g. the manifest's
     ``network.bandwidths``) adds the predicted choice at each rate to
-    ``partitioners.json`` (``what_if_bandwidths``). Returns ``summary_view(...)``
-    for ``summary["partitioners"]``.
+    ``partitioners.json`` (``what_if_bandwidths``); ``pairs`` (``summary["codecs"]
+    ["pairs"]``) and ``sweep`` (the sweep's partitioner params) score pair-choosing
+    partitioners against the measured pairs. Returns ``summary_view(...)`` for
+    ``summary["partitioners"]``.
     """
     from experiment_design.partitioners import PartitionContext
 
     names = list(names)
     if not isinstance(ctx, PartitionContext):
         ctx = PartitionContext.from_dict(dict(ctx))
-    evaluation = evaluate_partitioners(names, ctx, medians_from_splits(splits))
+    evaluation = evaluate_partitioners(names, ctx, medians_from_splits(splits), pairs, sweep)
     if run_dir is not None:
-        what_if = bandwidth_what_if(names, ctx, bandwidths_Bps) if bandwidths_Bps else None
+        what_if = (bandwidth_what_if(names, ctx, bandwidths_Bps, sweep) if bandwidths_Bps
+                   else None)
         write_partitioners_json(run_dir, ctx, evaluation=evaluation, what_if=what_if)
     return summary_view(evaluation)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from app_api.runner.evaluate import fidelity_request
 from app_api.runner.state import RunState
 from experiment_design.protocol import LinkProbe, Measurements, ProfileParams, partition_context
 from experiment_design.roles.profiling import cold_gap_for
@@ -29,10 +30,14 @@ def warmup(state: RunState) -> None:
             # scoring other partitioners afterwards needs the same start-up measurements
             needs |= {"edge_profile", "cloud_profile", "network"}
         ctx = measure(state, inst, needs)
+        if evaluate and state.eval_ctx is None and "fidelity" not in needs:
+            # a scored partitioner that needs the head's fidelity probe (split-codec)
+            ctx.fidelity = fidelity_request(evaluate, (m.partitioner or {}).get("params"))
         plan = state.client(inst).prepare_partitioner(ctx)
         state.partitioners[inst] = None if plan is None else plan.to_dict()
         if evaluate and state.eval_ctx is None:
-            state.eval_ctx = partition_context(info, ctx)
+            state.eval_ctx = {**partition_context(info, ctx),
+                              "fidelity": None if plan is None else plan.fidelity}
     state.extra["partitioner"] = state.partitioners
 
 

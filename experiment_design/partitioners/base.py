@@ -21,7 +21,10 @@ class PartitionContext:
     ``layers`` are ``SplitModel.profile()`` rows, ``points`` the split points
     (index, layer, crossing_bytes, valid, ...), ``valid_splits`` the indices a
     sweep may use. The measured parts are filled by the observer when the
-    partitioner asks for them via :attr:`Partitioner.needs`.
+    partitioner asks for them via :attr:`Partitioner.needs`; ``fidelity`` is the head's
+    start-up probe of (split, transport) pairs (``{items, seconds, pairs: [{split,
+    transport, top1_agree, cosine_min, bytes, encode_ms, decode_ms, ...}]}``, see
+    :func:`experiment_design.runtime.fidelity.probe`).
     """
 
     layers: list[dict] = field(default_factory=list)
@@ -31,6 +34,7 @@ class PartitionContext:
     cloud_profile: dict | None = None
     network: dict | None = None
     measured: dict | None = None
+    fidelity: dict | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON form (what crosses the control channel)."""
@@ -50,7 +54,8 @@ class Partitioner:
 
     ``needs`` names the measurements the observer must gather before
     :meth:`setup` (any of ``edge_profile``, ``cloud_profile``, ``network``,
-    ``measured``); cheap policies need none.
+    ``measured``, ``fidelity``); cheap policies need none. A policy that needs
+    ``fidelity`` has a ``probe_request()`` saying which pairs the head probes.
 
     Example::
 

@@ -78,6 +78,10 @@ class EdgeRole(ChainMember):
         """Set up the partitioner with the model facts plus the observer's measurements."""
         self.links = dict(measured.links or {})
         ctx = PartitionContext.from_dict(partition_context(self.setup_info, measured))
+        request = measured.fidelity
+        if "fidelity" in self.partitioner.needs:
+            request = self.partitioner.probe_request()
+        ctx.fidelity = None if request is None else self.probe_fidelity(request)
         self.partitioner.setup(ctx)
         plan = getattr(self.partitioner, "plan", None)
         if plan is not None and measured.profiles:
@@ -86,7 +90,30 @@ class EdgeRole(ChainMember):
                            {"throughput_per_s": p.predicted_throughput_per_s,
                             "latency_ms": p.predicted_latency_ms}) for p in placements]
         return PartitionerPlan(sweep_length=self.partitioner.sweep_length(),
-                               decision=self.partitioner.decision())
+                               decision=self.partitioner.decision(), fidelity=ctx.fidelity)
+
+    def probe_fidelity(self, request: dict) -> dict:
+        """The start-up fidelity probe (:func:`experiment_design.runtime.fidelity.probe`)
+        of the pairs ``request`` names: ``transports`` (cyclic's form; each at its own
+        ``splits`` or every allowed one), ``splits`` (``"all"`` or a list), ``max_splits``
+        (at most that many cuts, evenly spread) and ``items`` (preloaded inputs, default 2).
+        Untimed work: it runs before anything is measured."""
+        from experiment_design.partitioners.cyclic import _transports
+        from experiment_design.runtime.fidelity import probe, spread
+
+        valid = list(self.split_model.valid_splits())
+        splits = request.get("splits", "all")
+        if isinstance(splits, list):
+            valid = [k for k in valid if k in {int(s) for s in splits}]
+        if request.get("max_splits"):
+            valid = spread(valid, int(request["max_splits"]))
+        pairs = [(k, cfg) for k in valid for _, only, cfg in _transports(request["transports"])
+                 if only is None or k in only]
+        out = probe(self.split_model, self.inputs, self.references, pairs,
+                    int(request.get("items") or 2))
+        log.info("fidelity probe: %d pairs on %d inputs in %.1f s", len(out["pairs"]),
+                 out["items"], out["seconds"])
+        return {**out, "splits": valid}
 
     def pipeline_context(self, measured: Measurements) -> Any:
         """The planner's view of the chain: each member's measured per-layer times, every

@@ -68,3 +68,95 @@ def compare(outs: list, ref: list) -> dict[str, Any]:
     return {"top1_agree": int(top1s(outs[0]) == top1s(ref[0])),
             "cosine": min(1.0, max(-1.0, cosine)),
             "max_abs_diff": float((a - b).abs().max()) if a.numel() else 0.0}
+
+
+def spread(splits: list[int], most: int) -> list[int]:
+    """At most ``most`` of ``splits`` (sorted), evenly spaced, the first and last kept."""
+    splits = sorted(splits)
+    if most <= 0 or len(splits) <= most:
+        return splits
+    if most == 1:
+        return splits[:1]
+    step = (len(splits) - 1) / (most - 1)
+    return sorted({splits[round(i * step)] for i in range(most)})
+
+
+def probe(sm: Any, inputs: list, refs: dict[int, list], pairs: list[tuple[int, Any]],
+          items: int = 2) -> dict[str, Any]:
+    """The start-up fidelity probe: for each ``(split, CodecConfig)`` of ``pairs``, on the
+    first ``items`` preloaded inputs, run the prefix, encode every crossing tensor with the
+    transport and decode it (the codec functions, no socket), run the suffix and compare
+    with the unsplit reference (``refs``, from :func:`reference_outputs`).
+
+    One row per pair: ``top1_agree`` (the share of items whose top-1 class matches),
+    ``cosine_min``, ``max_abs_diff``, ``bytes`` (what the pair puts on the wire: payload plus
+    the lossy parameters' bytes) and ``bytes_raw``, ``encode_ms`` and ``decode_ms`` (medians
+    over the items); ``not_applied`` names a reduction asked for and not applied (and why).
+    The prefix runs once per split and item, whatever the number of transports.
+    """
+    import statistics
+    import time
+
+    import torch
+
+    from experiment_design.split import flatten_output
+    from experiment_design.transport.codec import decode, encode_tensor, parse_entry
+
+    t_start = time.perf_counter()
+    chosen = [(x, refs[id(x)]) for x, _, _ in inputs[: max(1, int(items))] if id(x) in refs]
+    by_split: dict[int, list[Any]] = {}
+    for k, cfg in pairs:
+        by_split.setdefault(int(k), []).append(cfg)
+    rows = []
+    warm: set[str] = set()
+    with torch.inference_mode():
+        for k in sorted(by_split):
+            crossings = [sm.run_prefix(k, x)[0] if k else {sm.input_name: x} for x, _ in chosen]
+            for cfg in by_split[k]:
+                got: dict[str, list] = {"agree": [], "cos": [], "diff": [], "bytes": [],
+                                        "raw": [], "enc": [], "dec": []}
+                skipped = set()
+                if transport_label(cfg) not in warm and crossings:  # a codec's first call
+                    warm.add(transport_label(cfg))  # pays for its set-up: not timed
+                    for name, v in crossings[0].items():
+                        if isinstance(v, torch.Tensor):
+                            e = encode_tensor(name, v, cfg)
+                            decode(parse_entry(e.entry()), e.payload())
+                for crossing, (_, ref) in zip(crossings, chosen, strict=True):
+                    t0 = time.perf_counter()
+                    encoded = {name: encode_tensor(name, v, cfg) for name, v in crossing.items()
+                               if isinstance(v, torch.Tensor)}
+                    t1 = time.perf_counter()
+                    wire = {name: (e.entry(), e.payload()) for name, e in encoded.items()}
+                    t2 = time.perf_counter()
+                    received = dict(crossing)
+                    received.update({name: decode(parse_entry(entry), payload)
+                                     for name, (entry, payload) in wire.items()})
+                    t3 = time.perf_counter()
+                    out, _ = sm.run_suffix(k, received)
+                    cmp = compare(flatten_output(out), ref)
+                    got["enc"].append((t1 - t0) * 1e3)
+                    got["dec"].append((t3 - t2) * 1e3)
+                    got["bytes"].append(sum(e.encoded_nbytes + e.param_nbytes
+                                            for e in encoded.values()))
+                    got["raw"].append(sum(e.raw_nbytes for e in encoded.values()))
+                    skipped |= {f"{e.lossy['wanted']}: {e.lossy['why']}"
+                                for e in encoded.values()
+                                if e.lossy and e.lossy.get("method") == "none"}
+                    if cmp:
+                        got["agree"].append(cmp["top1_agree"])
+                        got["cos"].append(cmp["cosine"])
+                        got["diff"].append(cmp["max_abs_diff"])
+                rows.append({
+                    "split": k, "transport": transport_label(cfg),
+                    "top1_agree": statistics.fmean(got["agree"]) if got["agree"] else None,
+                    "cosine_min": min(got["cos"]) if got["cos"] else None,
+                    "max_abs_diff": max(got["diff"]) if got["diff"] else None,
+                    "bytes": int(statistics.median(got["bytes"])),
+                    "bytes_raw": int(statistics.median(got["raw"])),
+                    "encode_ms": statistics.median(got["enc"]),
+                    "decode_ms": statistics.median(got["dec"]),
+                    **({"not_applied": sorted(skipped)} if skipped else {}),
+                })
+    return {"items": len(chosen), "pairs": rows,
+            "seconds": round(time.perf_counter() - t_start, 3)}

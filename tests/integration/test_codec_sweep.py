@@ -3,6 +3,7 @@ inference's output compared with the unsplit model's, the rate-fidelity summary 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,40 @@ def test_lossless_transport_sweep_is_exact_and_summarized(tmp_path):
     assert "per (split, transport)" in out.stdout and "at 4MB/s" in out.stdout
     assert "no compressed-input pair was measured" in out.stdout
     assert "random weights" in out.stdout
+
+
+def test_split_codec_is_scored_against_the_measured_pairs(tmp_path):
+    from app_api.manifest import load_manifest
+    from app_api.runner import run_experiment
+
+    transports = ("[{codec: zstd, level: 1}, {lossy: int8, codec: zstd, level: 1}, "
+                  "{lossy: int4, codec: zstd, level: 1}]")
+    overrides = ["partitioner.params.repeats=2", "dataset.params.limit=2", "run.warmup=1",
+                 f"+partitioner.params.splits={SPLITS}",
+                 f"partitioner.params.transports={transports}",
+                 "partitioner.params.bandwidths=[4MB/s]"]
+    result = run_experiment(load_manifest("codec-sweep", overrides),
+                            out_dir=tmp_path / "run", progress=False)
+    assert result.ok, result.errors
+    s = result.summary
+    # the head probed every swept pair at start-up, before the sweep
+    probe = s["partitioner"]["edge-1"]["fidelity"]
+    assert probe["items"] == 2 and probe["splits"] == SPLITS
+    assert {(p["split"], p["transport"]) for p in probe["pairs"]} == {
+        (p["split"], p["transport"]) for p in s["codecs"]["pairs"]}
+    sc = s["partitioners"]["split-codec"]
+    assert "error" not in sc, sc
+    assert (sc["chosen"], sc["transport"]) in {
+        (p["split"], p["transport"]) for p in s["codecs"]["pairs"]}
+    assert sc["floor"] == {"metric": "top1_agree", "min": 0.99}
+    assert sc["regret"] is not None and sc["regret"] > 0
+    assert isinstance(sc["meets_floor_measured"], bool)
+    assert s["partitioners"]["predicted-argmin"]["chosen"] in SPLITS
+    full = json.loads((result.run_dir / "partitioners.json").read_text())
+    dec = full["evaluation"]["split-codec"]["decision"]
+    assert dec["probe"]["pairs"] == 9 and len(dec["pairs"]) == 9
+
+    out = subprocess.run([sys.executable, "app.py", "results", "show", str(result.run_dir)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "split-codec" in out.stdout and "the floor top1_agree >= 0.99" in out.stdout
