@@ -375,6 +375,7 @@ def write_partitioners_json(
                 {k: p.get(k) for k in ("index", "layer", "crossing_bytes", "valid")}
                 for p in ctx.points
             ],
+            "fidelity": getattr(ctx, "fidelity", None),
         },
         "decisions": dict(decisions or {}),
         "evaluation": dict(evaluation or {}),

@@ -105,6 +105,7 @@ def test_split_codec_is_scored_against_the_measured_pairs(tmp_path):
     full = json.loads((result.run_dir / "partitioners.json").read_text())
     dec = full["evaluation"]["split-codec"]["decision"]
     assert dec["probe"]["pairs"] == 9 and len(dec["pairs"]) == 9
+    assert full["inputs"]["fidelity"]["pairs"] == probe["pairs"]
 
     out = subprocess.run([sys.executable, "app.py", "results", "show", str(result.run_dir)],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
