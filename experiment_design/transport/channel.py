@@ -439,8 +439,8 @@ class DataChannel:
             table, header = self._parse_head(body, tlen, hlen, nbuf, plen)
             self._rpos = start + size
             tensors, decode_ms = self._build(table, memoryview(body)[tlen + hlen :])
-            stats = RecvStats(table.raw, plen, decode_ms, now_ms() - t0 - decode_ms, size,
-                              table.codec)
+            stats = RecvStats(table.raw, plen + table.params, decode_ms,
+                              now_ms() - t0 - decode_ms, size, table.codec)
             return header, tensors, stats
         size = hsize + TAG + (plen + TAG if plen else 0)
         # large frame: the head through the read-ahead buffer, the payload straight into
@@ -485,7 +485,8 @@ class DataChannel:
                 decode_ms += now_ms() - d0
                 tensors[e.name] = tensor_from(e, buf)
         t1 = now_ms()
-        stats = RecvStats(table.raw, plen, decode_ms, (t1 - t0) - decode_ms, size, table.codec)
+        stats = RecvStats(table.raw, plen + table.params, decode_ms, (t1 - t0) - decode_ms, size,
+                          table.codec)
         return header, tensors, stats
 
     def _parse_head(

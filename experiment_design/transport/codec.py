@@ -334,6 +334,7 @@ class TensorEntry(NamedTuple):
     codec: str
     chunks: tuple[int, ...]
     lossy: Lossy | None = None
+    param_nbytes: int = 0  # bytes of the entry's "lossy" object (as EncodedTensor's)
 
     @property
     def reduced(self) -> bool:
@@ -365,9 +366,11 @@ def parse_entry(d: Any) -> TensorEntry:
     if type(raw) is not int or size != raw:
         raise ProtocolError(f"tensor {name!r}: shape {shape} x {dtype} is not {raw!r} bytes")
     lossy = d.get("lossy")
-    stored = raw
+    stored, pbytes = raw, 0
     if lossy is not None:
-        lossy = parse_lossy(lossy, name, dtype, shape, raw)
+        checked = parse_lossy(lossy, name, dtype, shape, raw)
+        pbytes = len(_ENTRY_JSON(lossy))  # what the sender counted; finite once checked
+        lossy = checked  # validated: plain numbers and strings
         if lossy.method != "none":
             stored = lossy.nbytes
     if type(chunks) is not list or type(enc) is not int:
@@ -388,8 +391,9 @@ def parse_entry(d: Any) -> TensorEntry:
         raise ProtocolError(f"tensor {name!r} declares {len(chunks)} chunks for {stored} bytes")
     if lossy is not None and lossy.method != "none":  # the codec names the whole decoding
         label = lossy.method if codec == "none" else f"{lossy.method}+{codec}"
-        return TensorEntry(name, dtype, tuple(shape), raw, enc, label, tuple(chunks), lossy)
-    return TensorEntry(name, dtype, tuple(shape), raw, enc, codec, tuple(chunks), lossy)
+        return TensorEntry(name, dtype, tuple(shape), raw, enc, label, tuple(chunks), lossy,
+                           pbytes)
+    return TensorEntry(name, dtype, tuple(shape), raw, enc, codec, tuple(chunks), lossy, pbytes)
 
 
 def decompress_into(entry: TensorEntry, src: memoryview, dst: bytearray, nthreads: int = 1) -> None:

@@ -118,6 +118,7 @@ class Table(NamedTuple):
     # For frames of raw, non-empty tensors whose dtype numpy knows: ((name, nbytes, numpy
     # dtype, shape), ...), so the receiver builds each tensor with two cheap calls.
     plan: tuple[tuple[str, int, Any, tuple[int, ...]], ...] | None = None
+    params: int = 0  # bytes of lossy parameters in the table (counted as encoded bytes)
 
 
 def pack_head(header: dict[str, Any], tensors: Sequence[EncodedTensor]) -> bytes:
@@ -221,9 +222,10 @@ def _validate_table(text: bytes, limits: Limits) -> Table:
     if not isinstance(obj, list):
         raise ProtocolError("frame tensor table is not a list")
     entries = tuple(parse_entry(e) for e in obj)
-    chunks = encoded = raw = 0
+    chunks = encoded = raw = params = 0
     codecs = set()
     for e in entries:
+        params += e.param_nbytes
         chunks += len(e.chunks)
         encoded += e.encoded_nbytes
         raw += e.raw_nbytes
@@ -235,7 +237,7 @@ def _validate_table(text: bytes, limits: Limits) -> Table:
     plan = None
     if codecs <= {"none"} and all(e.raw_nbytes and e.dtype in _NUMPY for e in entries):
         plan = tuple((e.name, e.raw_nbytes, _NUMPY[e.dtype], e.shape) for e in entries)
-    return Table(entries, chunks, encoded, raw, ",".join(sorted(codecs)) or "none", plan)
+    return Table(entries, chunks, encoded, raw, ",".join(sorted(codecs)) or "none", plan, params)
 
 
 def parse_caller_header(text: bytes | bytearray) -> dict[str, Any]:
