@@ -253,6 +253,11 @@ def _f(v, nd: int = 2) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+def _ci(v) -> str:
+    """``[lo, hi]`` as ``lo-hi``, compact."""
+    return "-" if not v else f"{v[0]:.2f}-{v[1]:.2f}"
+
+
 def _bytes(v) -> str:
     if v is None:
         return "-"
@@ -271,20 +276,26 @@ def print_summary(summary: dict, run_dir) -> None:
     best = summary.get("best_split")
     t = Table(title=f"{summary.get('experiment')} / {summary.get('run_id')} "
                     f"({summary.get('model')}, weights: {summary.get('weights')})")
-    for col in ("split", "layer", "n", "e2e ms", "p95 ms", "edge ms", "transfer ms", "cloud ms",
-                "bytes raw", "bytes sent", ""):
+    tied = set((summary.get("best_set") or {}).get("splits") or [])
+    for col in ("split", "layer", "n", "e2e ms", "95% ci", "p95 ms", "edge ms", "transfer ms",
+                "cloud ms", "bytes raw", "bytes sent", ""):
         t.add_column(col, justify="left" if col in ("layer", "") else "right")
     for s in summary.get("splits", []):
-        mark = "best" if s["split"] == best else ""
+        mark = "best" if s["split"] == best else ("~best" if s["split"] in tied else "")
         edge = _sum(s.get("edge_ms_median"), s.get("encode_ms_median"))
         cloud = _sum(s.get("cloud_ms_median"), s.get("decode_ms_median"))
-        style = "bold green" if mark else None
+        style = "bold green" if mark == "best" else ("green" if mark else None)
         cnt = str(s["count"]) + (f" ({s['failed']} failed)" if s.get("failed") else "")
         t.add_row(str(s["split"]), str(s["layer"]), cnt, _f(s.get("e2e_ms_median")),
-                  _f(s.get("e2e_ms_p95")), _f(edge), _f(s.get("transfer_ms_median")),
+                  _ci(s.get("e2e_ms_ci95")), _f(s.get("e2e_ms_p95")), _f(edge), _f(s.get("transfer_ms_median")),
                   _f(cloud), _bytes(s.get("bytes_raw")), _bytes(s.get("bytes_encoded")), mark,
                   style=style)
     console.print(t)
+    bs = summary.get("best_set")
+    if bs:
+        console.print(f"best split {bs['best']}; indistinguishable at {bs['confidence']:.0%}: "
+                      f"{', '.join(map(str, bs['splits']))} (~best; 95% ci: bootstrap interval "
+                      "of the median)", highlight=False)
     _print_partitioners(console, summary)
     _print_codecs(console, summary, run_dir)
     ov = _f(summary.get("overhead"), 3)
@@ -401,10 +412,14 @@ def _print_partitioners(console, summary: dict) -> None:
         chosen, best = str(p.get("chosen")), str(p.get("best"))
         if p.get("transport"):  # a (split, transport) pair, scored among the measured pairs
             chosen, best = f"{chosen} {p['transport']}", f"{best} {p.get('best_transport')}"
+        regret = _f(p.get("regret"), 3) + (" (tie)" if p.get("tie") else "")
         t.add_row(label, chosen, _f(p.get("chosen_ms")), best,
-                  _f(p.get("best_ms")), _f(p.get("regret"), 3), _f(p.get("spearman"), 3),
+                  _f(p.get("best_ms")), regret, _f(p.get("spearman"), 3),
                   str(p.get("criterion") or ""))
     console.print(t)
+    if any(p.get("tie") for p in parts.values()):
+        console.print("(tie) = the chosen split is in the best set: this sweep cannot tell it "
+                      "from the best at 95%, whatever its regret", highlight=False)
     for label, p in parts.items():
         floor = p.get("floor")
         if floor and not p.get("error"):

@@ -6,6 +6,8 @@ import math
 import statistics
 from collections.abc import Iterable
 
+from app_api.results.dispersion import best_set, mad, median_interval
+
 
 def _num(v) -> float | None:
     if v is None or v == "":
@@ -57,6 +59,9 @@ def split_stats(rows: Iterable[dict]) -> list[dict]:
             "failed": failed.get(k, 0),
             "e2e_ms_median": statistics.median(e2e) if e2e else None,
             "e2e_ms_p95": percentile(e2e, 95) if e2e else None,
+            # the median's noise: read two medians as different only where they separate
+            "e2e_ms_mad": mad(e2e),
+            "e2e_ms_ci95": median_interval(e2e, k),
             "edge_ms_median": _median(ok, "edge_ms"),
             "encode_ms_median": _median(ok, "encode_ms"),
             "transfer_ms_median": _median(ok, "transfer_ms"),
@@ -82,9 +87,20 @@ def best_split(splits: list[dict]) -> int | None:
     return min(cands, key=lambda s: s["e2e_ms_median"])["split"] if cands else None
 
 
+def e2e_samples(rows: Iterable[dict]) -> dict[int, list[float]]:
+    """``{split: [e2e ms, ...]}`` of the successful rows, in the order they ran."""
+    out: dict[int, list[float]] = {}
+    for r in rows:
+        v = None if r.get("error") else _num(r.get("e2e_ms"))
+        if v is not None:
+            out.setdefault(int(r["split"]), []).append(v)
+    return out
+
+
 def build_summary(rows: list[dict], **meta) -> dict:
-    """summary.json content: meta keys + inferences, failed, splits, best_split, sum_e2e_s,
-    overhead (wall_s / sum of e2e).
+    """summary.json content: meta keys + inferences, failed, splits, best_split, best_set
+    (the splits not separated from the best at 95%, :func:`~app_api.results.dispersion.
+    best_set`), sum_e2e_s, overhead (wall_s / sum of e2e).
 
     A resumed run (``resumed_from`` with the ``rows`` it copied) counts all its rows in the
     statistics, but ``sum_e2e_s`` and ``overhead`` only over the rows measured in its own
@@ -101,6 +117,7 @@ def build_summary(rows: list[dict], **meta) -> dict:
         sum_e2e_s=e2e_sum,
         splits=splits,
         best_split=best_split(splits),
+        best_set=best_set(e2e_samples(rows)),
     )
     wall = _num(summary.get("wall_s"))
     summary["overhead"] = (wall / e2e_sum) if wall and e2e_sum > 0 else None

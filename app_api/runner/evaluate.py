@@ -6,7 +6,10 @@ of every split. Each partitioner named in the manifest's
 profiles and the probed link) and scored: did it pick the measured best split
 (``regret = chosen_ms / best_ms``, 1.0 is perfect), and how well does its
 predicted latency rank the splits (Spearman's rank correlation between its
-predicted and the measured totals across split points)?
+predicted and the measured totals across split points)? Where the measurements cannot
+tell the chosen split from the best (it is in the sweep's *best set*, the splits not
+separated from the best at 95%, :func:`app_api.results.dispersion.best_set`), the choice
+is also reported as a tie (``tie: true``): its regret above 1.0 is within the noise.
 
 A partitioner that chooses the transport too (``split-codec``, whose ``needs`` has
 ``fidelity``) is scored, on a (split, transport) sweep, against the measured pairs:
@@ -190,6 +193,7 @@ def evaluate_partitioners(
     measured_medians: Mapping[int, float],
     pairs: Sequence[Mapping] | None = None,
     sweep: Mapping | None = None,
+    best_set: Iterable[int] | None = None,
 ) -> dict:
     """Score partitioners against measured medians.
 
@@ -203,7 +207,9 @@ def evaluate_partitioners(
     (e.g. no profile) gets ``{"error": message}`` instead of failing the
     whole summary. With ``pairs`` (a (split, transport) sweep's measured pairs) a
     partitioner that needs ``fidelity`` is scored by :func:`score_pairs` instead, with
-    ``sweep`` (the sweep's params) giving it the sweep's transports.
+    ``sweep`` (the sweep's params) giving it the sweep's transports. With ``best_set``
+    (``summary["best_set"]["splits"]``) a split-only result gains ``in_best_set`` and
+    ``tie`` (true when its chosen split is in the set); regret stays the headline.
     """
     from experiment_design.errors import TracrError
 
@@ -218,6 +224,7 @@ def evaluate_partitioners(
     # every choice has a measured latency (and a regret)
     candidates = [k for k in ctx.valid_splits if k in measured] or list(ctx.valid_splits)
     run_ctx = dataclasses.replace(ctx, measured=dict(measured), valid_splits=candidates)
+    resolved = None if best_set is None else {int(k) for k in best_set}
 
     out: dict[str, dict] = {}
     for entry in names:
@@ -263,6 +270,9 @@ def evaluate_partitioners(
             "notes": dec.get("notes", []),
             "decision": dec,
         }
+        if resolved is not None:
+            inside = chosen_ms is not None and int(chosen) in resolved
+            out[label].update(in_best_set=inside, tie=inside)
         if chosen is not None and chosen_ms is None:
             out[label]["notes"] = [
                 *out[label]["notes"],
@@ -315,7 +325,8 @@ def measurement_noise(rows: Iterable[Mapping]) -> dict | None:
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:
     """The compact per-partitioner block for ``summary.json["partitioners"]``."""
     keys = ("chosen", "transport", "chosen_ms", "best", "best_transport", "best_ms", "regret",
-            "spearman", "floor", "meets_floor_measured", "criterion", "error")
+            "spearman", "in_best_set", "tie", "floor", "meets_floor_measured", "criterion",
+            "error")
     return {label: {k: ev[k] for k in keys if k in ev} for label, ev in evaluation.items()}
 
 
@@ -403,6 +414,7 @@ def evaluate_run(
     bandwidths_Bps: Sequence[float] = (),
     pairs: Sequence[Mapping] | None = None,
     sweep: Mapping | None = None,
+    best_set: Iterable[int] | None = None,
 ) -> dict:
     """The observer's one call after a sweep: score, write ``partitioners.json``, return the summary block.
 
@@ -412,15 +424,17 @@ def evaluate_run(
     ``network.bandwidths``) adds the predicted choice at each rate to
     ``partitioners.json`` (``what_if_bandwidths``); ``pairs`` (``summary["codecs"]
     ["pairs"]``) and ``sweep`` (the sweep's partitioner params) score pair-choosing
-    partitioners against the measured pairs. Returns ``summary_view(...)`` for
-    ``summary["partitioners"]``.
+    partitioners against the measured pairs; ``best_set`` (``summary["best_set"]
+    ["splits"]``) marks the choices the sweep cannot tell from the best as ties. Returns
+    ``summary_view(...)`` for ``summary["partitioners"]``.
     """
     from experiment_design.partitioners import PartitionContext
 
     names = list(names)
     if not isinstance(ctx, PartitionContext):
         ctx = PartitionContext.from_dict(dict(ctx))
-    evaluation = evaluate_partitioners(names, ctx, medians_from_splits(splits), pairs, sweep)
+    evaluation = evaluate_partitioners(names, ctx, medians_from_splits(splits), pairs, sweep,
+                                       best_set)
     if run_dir is not None:
         what_if = (bandwidth_what_if(names, ctx, bandwidths_Bps, sweep) if bandwidths_Bps
                    else None)

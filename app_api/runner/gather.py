@@ -168,7 +168,8 @@ def score_partitioners(state: RunState, summary: dict, run_dir: Path) -> dict | 
         rates = [parse_rate(bw) for bw in (m.network or {}).get("bandwidths") or []]
         return evaluate_run(m.evaluate["partitioners"], state.eval_ctx, summary["splits"],
                             run_dir, rates, pairs=(summary.get("codecs") or {}).get("pairs"),
-                            sweep=(m.partitioner or {}).get("params"))
+                            sweep=(m.partitioner or {}).get("params"),
+                            best_set=(summary.get("best_set") or {}).get("splits"))
     except Exception as exc:  # scoring must never lose the run's own results
         log.warning("partitioner evaluation failed: %s", exc)
         summary.setdefault("warnings", []).append(f"partitioner evaluation failed: {exc}")

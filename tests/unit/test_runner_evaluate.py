@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
+from app_api.results.dispersion import best_set
 from app_api.runner.evaluate import (
     bandwidth_what_if,
     evaluate_partitioners,
@@ -192,3 +194,39 @@ def test_measurement_noise_reads_inference_rows_and_skips_failures():
     rows.append({"split": 0, "e2e_ms": None, "error": "link to cloud-1 failed"})
     assert measurement_noise(rows)["regret"] == pytest.approx(1.2)
     assert measurement_noise(rows[:2]) is None
+
+
+def _spread(center: float, n: int = 25) -> list[float]:
+    """n hand-made samples evenly over center +- 4 ms, interleaved as repeats would be."""
+    return [center + 8.0 * ((i * 7) % n / (n - 1) - 0.5) for i in range(n)]
+
+
+def test_a_choice_the_sweep_cannot_tell_from_the_best_is_a_tie_with_its_regret_kept():
+    ctx = _ctx()  # predicted-argmin picks split 0 (predicted 6.2 ms)
+    # split 0 is the runner-up, within the noise of split 2; 1 and 3 are far behind
+    samples = {0: _spread(12.5), 1: _spread(30.0), 2: _spread(12.0), 3: _spread(40.0)}
+    bs = best_set(samples)
+    assert bs["best"] == 2 and bs["splits"] == [0, 2]
+    medians = {k: statistics.median(v) for k, v in samples.items()}
+    ev = evaluate_partitioners(["predicted-argmin"], ctx, medians, best_set=bs["splits"])
+    pa = ev["predicted-argmin"]
+    assert pa["chosen"] == 0 and pa["best"] == 2
+    assert pa["regret"] == pytest.approx(12.5 / 12.0) and pa["regret"] > 1.0
+    assert pa["tie"] is True and pa["in_best_set"] is True
+    assert summary_view(ev)["predicted-argmin"]["tie"] is True
+
+
+def test_a_choice_separated_from_the_best_is_no_tie():
+    ctx = _ctx()
+    samples = {0: _spread(30.0), 1: _spread(50.0), 2: _spread(12.0), 3: _spread(40.0)}
+    bs = best_set(samples)
+    assert bs["splits"] == [2]
+    medians = {k: statistics.median(v) for k, v in samples.items()}
+    splits = [{"split": k, "e2e_ms_median": v} for k, v in medians.items()]
+    view = evaluate_run(["predicted-argmin", "measured"], ctx, splits, best_set=bs["splits"])
+    assert view["predicted-argmin"]["chosen"] == 0
+    assert view["predicted-argmin"]["tie"] is False
+    assert view["predicted-argmin"]["regret"] == pytest.approx(30.0 / 12.0)
+    assert view["measured"]["tie"] is True and view["measured"]["regret"] == 1.0
+    # without a best set (an old summary) the keys are absent, not false
+    assert "tie" not in evaluate_run(["measured"], ctx, splits)["measured"]
