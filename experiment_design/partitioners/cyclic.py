@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 from typing import Any
 
@@ -15,17 +16,31 @@ from experiment_design.partitioners.base import (
 
 @register_partitioner("cyclic")
 class CyclicPartitioner(Partitioner):
-    """Walk every allowed split point in order, each ``repeats`` times, then wrap around.
+    """Walk every allowed split point, each ``repeats`` times, then wrap around.
 
     Params: ``repeats`` (int, default 1); ``splits``: ``"all"`` (default) or a
     list of split indices restricting the allowed set (invalid ones are an
-    error); ``refine`` (int, default 0) and ``contenders`` (int, default 8): after
+    error); ``order``: ``"interleaved"`` (default: round-robin, 1, 2, ..., n, 1, 2, ...,
+    so slow drift of the hosts is spread over every split instead of loading it on some),
+    ``"sequential"`` (each split ``repeats`` times in a row, the paper's walk) or
+    ``"shuffled"`` (each round in a random order drawn from ``seed``, default 0; the same
+    order every pass); ``refine`` (int, default 0) and ``contenders`` (int, default 8): after
     the walk, the ``contenders`` splits with the lowest measured median end-to-end
     latency get ``refine`` more inferences each, in turn (k1, k2, ..., k1, k2, ...).
     A sweep's best split is the minimum of many noisy medians, so it is biased low
     and unstable when several splits are close; measuring the close ones more
     is where extra repeats pay (racing). One sweep is
     ``len(allowed) * repeats + min(contenders, len(allowed)) * refine`` inferences.
+
+    ``race`` (``{confidence: 0.95, budget: N, min_samples: 5, resamples: 1000}``) replaces
+    ``refine``'s fixed count with racing on evidence: after the walk the ``contenders`` are
+    measured round-robin, and after each round a contender is dropped when a percentile
+    bootstrap (``resamples`` draws, seeded by ``seed``) puts the whole ``confidence``
+    interval of its median minus the best contender's median above zero, once both have
+    ``min_samples`` measurements; it stops when one is left (``"separated"``) or after
+    ``budget`` extra inferences (``"budget"``), whichever comes first, and
+    :meth:`finished` says so (the infer-dataset task stops there). A raced sweep is one
+    pass; :meth:`sweep_length` is then an upper bound, walk + ``budget``.
 
     Resuming (``tracr experiment run NAME --resume RUN`` sets these): ``done``
     (``{split: n}``) counts the measurements an earlier, incomplete run already
@@ -35,20 +50,28 @@ class CyclicPartitioner(Partitioner):
 
     ``transports`` (a list of transport dicts, each like the manifest's ``transport``
     section, plus an optional ``splits`` list): walk every (split, transport) pair instead,
-    ``repeats`` each, split-major; after each :meth:`next_split`, :attr:`transport` is the
-    chosen pair's ``CodecConfig`` (None without ``transports``), which the head sends the
-    crossing tensors with. A transport with ``splits`` is used at those splits only;
+    ``repeats`` each, listed split-major and visited in ``order``; after each
+    :meth:`next_split`, :attr:`transport` is the chosen pair's ``CodecConfig`` (None
+    without ``transports``), which the head sends the crossing tensors with. A transport with ``splits`` is used at those splits only;
     ``jpeg`` and ``webp`` (image codecs for the model's input) default to split 0. Not
-    combined with ``refine`` or a resume. ``fidelity_floor`` (top-1 agreement, default
+    combined with ``refine``, ``race`` or a resume; ``order`` applies to the pairs. ``fidelity_floor`` (top-1 agreement, default
     0.99) and ``bandwidths`` (rates such as ``4MB/s``) are read by the summary's
     rate-fidelity answer, not by the walk.
     """
 
     def __init__(self, repeats: int = 1, splits: Any = "all", refine: int = 0,
                  contenders: int = 8, done: dict | None = None, passes: int = 1,
-                 transports: list | None = None, **params: Any) -> None:
+                 transports: list | None = None, order: str = "interleaved",
+                 race: dict | None = None, seed: int = 0, **params: Any) -> None:
         super().__init__(repeats=repeats, splits=splits, refine=refine, contenders=contenders,
-                         **params)
+                         order=order, **params)
+        if race is not None:
+            self.params["race"] = race
+        if seed:
+            self.params["seed"] = seed
+        if order not in ORDERS:
+            raise TracrError(f"cyclic: unknown order {order!r}. The valid options are "
+                             f"{list(ORDERS)}")
         if transports is not None:
             self.params["transports"] = transports
         if done:
@@ -70,6 +93,13 @@ class CyclicPartitioner(Partitioner):
         if self.transports and (int(refine) or self.done):
             raise TracrError("cyclic: transports cannot be combined with refine rounds or a "
                              "resume", hint="set partitioner.params.refine=0 and run it again")
+        self.race = _race(race)
+        if self.race and (int(refine) or self.done or self.transports or int(passes) != 1):
+            raise TracrError("cyclic: race cannot be combined with refine rounds, transports, "
+                             "a resume or several passes",
+                             hint="race replaces refine: set partitioner.params.refine=0")
+        self.order = order
+        self.seed = int(seed)
         #: the CodecConfig of the last decision (None: the manifest's transport)
         self.transport: Any = None
         self.slots: list[tuple[int, int | None]] = []
@@ -84,6 +114,13 @@ class CyclicPartitioner(Partitioner):
         self._n = 0
         self._pos = 0
         self._skip: dict[int, int] = {}
+        self._visits: list[int] = []
+        self._queue: list[int] = []
+        self._raced = 0
+        self._rounds = 0
+        self._rng = random.Random(self.seed)
+        #: why the race stopped: None while it runs, "separated" or "budget"
+        self.stopped: str | None = None
 
     def setup(self, ctx: PartitionContext) -> None:
         """Resolve the allowed split set against the model's valid splits."""
@@ -109,11 +146,16 @@ class CyclicPartitioner(Partitioner):
         self.transport = None
         self.contenders, self.e2e, self._n, self._pos = [], {}, 0, 0
         self._skip = dict(self.done)
+        self._visits = _visits(len(self.slots), self.repeats, self.order, self.seed)
+        self._queue, self._raced, self._rounds, self.stopped = [], 0, 0, None
+        self._rng = random.Random(self.seed)
 
     def _walk(self) -> int:
         return len(self.slots) * self.repeats
 
     def _n_refine(self) -> int:
+        if self.race:
+            return self.race["budget"]
         return min(self.n_contenders, len(self.allowed)) * self.refine
 
     def observe(self, split: int, row: dict) -> None:
@@ -131,8 +173,16 @@ class CyclicPartitioner(Partitioner):
 
     def next_split(self) -> int:
         """The walk (each allowed split ``repeats`` times), then the refine rounds over the
-        contenders; wraps around after a whole sweep. Visits counted in ``done`` are skipped."""
+        contenders; wraps around after a whole sweep. Visits counted in ``done`` are skipped.
+        With ``race``, the race's rounds follow the walk; once it is over, the best contender."""
         self._n += 1
+        if self.race and self._pos >= self._walk():
+            if not self._queue:
+                self._race_round()
+            if self._queue:
+                self._raced += 1
+                return self._queue.pop(0)
+            return self.contenders[0]
         while True:
             k = self._at(self._pos)
             self._pos += 1
@@ -146,7 +196,7 @@ class CyclicPartitioner(Partitioner):
         :attr:`transport` to that pair's."""
         i = pos % (self._walk() + self._n_refine())
         if i < self._walk():
-            k, t = self.slots[i // self.repeats]
+            k, t = self.slots[self._visits[i]]
             self.transport = None if t is None else self.transports[t][2]
             return k
         if i == self._walk():
@@ -154,9 +204,58 @@ class CyclicPartitioner(Partitioner):
         j = i - self._walk()
         return self.contenders[j % len(self.contenders)]
 
+    def finished(self) -> bool:
+        """True once the race is over (never without ``race``): the task stops there."""
+        if not self.race or self._pos < self._walk():
+            return False
+        if not self._queue:
+            self._race_round()
+        return self.stopped is not None
+
+    def _race_round(self) -> None:
+        """At a round boundary: pick the contenders (first time) or drop the separated
+        ones, then queue the next round, or stop the race."""
+        if self.stopped is not None:
+            return
+        if self._rounds == 0:
+            self.contenders = self._pick_contenders()
+        else:
+            self.contenders = self._survivors()
+        if len(self.contenders) <= 1:
+            self.stopped = "separated"
+        elif self._raced >= self.race["budget"]:
+            self.stopped = "budget"
+        else:
+            self._rounds += 1
+            self._queue = self.contenders[: self.race["budget"] - self._raced]
+
+    def _survivors(self) -> list[int]:
+        """The contenders, best median first, less those separated from the best."""
+        def med(k: int) -> float:
+            v = self.e2e.get(k)
+            return statistics.median(v) if v else float("inf")
+
+        ranked = sorted(self.contenders, key=lambda k: (med(k), k))
+        best = ranked[0]
+        return [best] + [k for k in ranked[1:] if not self._separated(k, best)]
+
+    def _separated(self, k: int, best: int) -> bool:
+        """Whether the percentile-bootstrap interval (at ``confidence``) of median(k) -
+        median(best) lies entirely above zero; False before ``min_samples`` each."""
+        a, b = self.e2e.get(k, []), self.e2e.get(best, [])
+        n_min = self.race["min_samples"]
+        if len(a) < n_min or len(b) < n_min:
+            return False
+        draws, rng, med = self.race["resamples"], self._rng, statistics.median
+        diffs = sorted(med(rng.choices(a, k=len(a))) - med(rng.choices(b, k=len(b)))
+                       for _ in range(draws))
+        lo = diffs[int((1.0 - self.race["confidence"]) / 2.0 * draws)]
+        return lo > 0.0
+
     def sweep_length(self) -> int:
         """len(allowed splits) x repeats, plus the refine rounds, times ``passes``; less the
-        visits a resumed run's ``done`` counts skip."""
+        visits a resumed run's ``done`` counts skip. With ``race``: walk + ``budget``, an
+        upper bound (:meth:`finished` says when the race ended earlier)."""
         planned = self.repeats * self.passes
         skipped = sum(min(n, planned) for k, n in self.done.items() if k in self.allowed)
         return (self._walk() + self._n_refine()) * self.passes - skipped
@@ -169,17 +268,67 @@ class CyclicPartitioner(Partitioner):
             "repeats": self.repeats,
             "sweep_length": self.sweep_length(),
             "issued": self._n,
+            "order": self.order,
         }
         if self.done:
             out.update(done={str(k): n for k, n in sorted(self.done.items())}, passes=self.passes)
         if self.refine:
             out.update(refine=self.refine, contenders=self.contenders)
+        if self.race:
+            out.update(race={**self.race, "stopped": self.stopped, "contenders": self.contenders,
+                             "rounds": self._rounds, "inferences": self._raced},
+                       inferences=self._n)
         if self.transports:
             from experiment_design.runtime.fidelity import transport_label
 
             out.update(transports=[transport_label(cfg) for _, _, cfg in self.transports],
                        pairs=len(self.slots))
         return out
+
+
+#: the orders of the walk
+ORDERS = ("interleaved", "sequential", "shuffled")
+
+#: the race's settings and their defaults
+_RACE = {"confidence": 0.95, "budget": None, "min_samples": 5, "resamples": 1000}
+
+
+def _visits(n_slots: int, repeats: int, order: str, seed: int) -> list[int]:
+    """The walk as slot indices: every slot ``repeats`` times, in ``order``."""
+    if order == "sequential":
+        return [i for i in range(n_slots) for _ in range(repeats)]
+    rng = random.Random(seed)
+    out: list[int] = []
+    for _ in range(repeats):
+        round_ = list(range(n_slots))
+        if order == "shuffled":
+            rng.shuffle(round_)
+        out.extend(round_)
+    return out
+
+
+def _race(race: Any) -> dict | None:
+    """The ``race`` param with its defaults, checked (None: no race)."""
+    if race in (None, False, {}):
+        return None
+    if not isinstance(race, dict):
+        raise TracrError(f"cyclic: race must be a mapping like {{confidence: 0.95, budget: 40}}, "
+                         f"not {race!r}")
+    unknown = sorted(set(race) - set(_RACE))
+    if unknown:
+        raise TracrError(f"cyclic: unknown race key(s) {unknown}. The valid options are "
+                         f"{list(_RACE)}")
+    out = {**_RACE, **race}
+    try:
+        conf, budget = float(out["confidence"]), int(out["budget"])
+        n_min, draws = int(out["min_samples"]), int(out["resamples"])
+    except (TypeError, ValueError):
+        raise TracrError(f"cyclic: race needs a numeric confidence and an integer budget, "
+                         f"got {race!r}") from None
+    if not 0.5 <= conf < 1.0 or budget < 1 or n_min < 2 or draws < 100:
+        raise TracrError(f"cyclic: race needs 0.5 <= confidence < 1, budget >= 1, "
+                         f"min_samples >= 2 and resamples >= 100, got {race!r}")
+    return {"confidence": conf, "budget": budget, "min_samples": n_min, "resamples": draws}
 
 
 #: lossy reductions that apply to an image model's input only (split 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -17,7 +18,8 @@ class InferDataset(Task):
 
     The count is ``params.count`` if given, else ``sweeps`` (default ``run.repeats``, 1) times the
     partitioner's sweep length (cyclic: valid splits x repeats, inputs cycled),
-    else one pass over the dataset.
+    else one pass over the dataset. A partitioner with a ``finished()`` method that turns
+    true (cyclic's race, once decided) ends the task there, before the count.
     """
 
     requires = "infer"
@@ -41,14 +43,21 @@ class InferDataset(Task):
         total = self.total(participant)
         participant.progress(done=0, total=total)
         log.info("infer-dataset: %d inferences over %d inputs", total, len(inputs))
+        finished = getattr(participant.partitioner, "finished", None)
         for i in range(total):
             if participant.cancel_event.is_set() or participant.stop_event.is_set():
                 raise TracrError("stopped before the end of infer-dataset")
+            if finished is not None and finished():
+                participant.progress(total=i)
+                break
             k = participant.partitioner.next_split()
             x, label, item = inputs[i % len(inputs)]
             row = participant.infer(x, label, item, k)
             participant.partitioner.observe(k, row)
             participant.progress(done=i + 1, split=k)
+        if finished is not None and finished():
+            log.info("infer-dataset: the partitioner finished: %s",
+                     json.dumps(participant.partitioner.decision().get("race"), default=str))
 
 
 @register_task("infer-one")

@@ -29,11 +29,12 @@ def take(p: Partitioner, n: int) -> list[int]:
     return [p.next_split() for _ in range(n)]
 
 
-def test_cyclic_repeats_each_split_then_advances_and_wraps():
-    p = create_partitioner("cyclic", repeats=2)
+def test_cyclic_sequential_repeats_each_split_then_advances_and_wraps():
+    p = create_partitioner("cyclic", repeats=2, order="sequential")
     p.setup(ctx())
     assert p.sweep_length() == 10
     assert take(p, 12) == [0, 0, 1, 1, 2, 2, 3, 3, 5, 5, 0, 0]
+    assert p.decision()["order"] == "sequential"
 
 
 def test_cyclic_default_one_repeat_and_restricted_splits():
@@ -53,7 +54,7 @@ def test_cyclic_rejects_invalid_split_and_bad_repeats():
 
 
 def test_cyclic_refine_measures_the_closest_splits_again_in_turn():
-    p = create_partitioner("cyclic", repeats=2, refine=3, contenders=2)
+    p = create_partitioner("cyclic", repeats=2, refine=3, contenders=2, order="sequential")
     p.setup(ctx())  # valid splits 0, 1, 2, 3, 5
     assert p.sweep_length() == 5 * 2 + 2 * 3
     e2e = {0: [50.0, 60.0], 1: [20.0, 90.0], 2: [30.0, 31.0], 3: [40.0, 45.0], 5: [99.0, 1.0]}

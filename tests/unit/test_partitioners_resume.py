@@ -31,10 +31,10 @@ def test_each_split_ends_with_the_planned_count(done):
 
 
 def test_without_done_the_order_is_the_plain_walk():
-    p = create_partitioner("cyclic", repeats=2)
+    p = create_partitioner("cyclic", repeats=2, order="sequential")
     p.setup(ctx((0, 1, 2)))
     assert issue(p, 8) == [0, 0, 1, 1, 2, 2, 0, 0]
-    q = create_partitioner("cyclic", repeats=2, done={0: 1})
+    q = create_partitioner("cyclic", repeats=2, done={0: 1}, order="sequential")
     q.setup(ctx((0, 1, 2)))
     assert q.sweep_length() == 5 and issue(q, 5) == [0, 1, 1, 2, 2]
     assert q.decision()["done"] == {"0": 1}

@@ -24,7 +24,7 @@ def walk(p, n: int) -> list[tuple[int, str | None]]:
 
 
 def test_every_split_transport_pair_repeats_times_split_major_then_wraps():
-    p = create_partitioner("cyclic", repeats=2, splits=[1, 3], transports=[
+    p = create_partitioner("cyclic", repeats=2, splits=[1, 3], order="sequential", transports=[
         {"codec": "zstd", "level": 1}, {"codec": "none", "level": 0, "filter": "none"}])
     p.setup(ctx())
     assert p.sweep_length() == 2 * 2 * 2
