@@ -434,6 +434,8 @@ class PollReply(Message):
     configs: list[dict] = field(default_factory=list)
     error: str | None = None
     logs: list[dict] = field(default_factory=list)
+    #: the partitioner's decision once the task ended (an adaptive one's final word)
+    decision: dict | None = None
 
     @property
     def finished(self) -> bool:

@@ -153,6 +153,8 @@ class Playbook:
                                            for c in st.configs])
         for rec in st.logs:
             self.state.view.log(inst, host, rec)
+        if st.decision and self.state.partitioners.get(inst):
+            self.state.partitioners[inst]["decision"] = st.decision  # the final word
 
     def check_alive(self) -> None:
         """A participant whose process ended, or that is silent for the liveness timeout,

@@ -12,6 +12,7 @@ start_task / poll, shutdown. Roles extend it through plain hooks
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -390,8 +391,17 @@ class ParticipantService(rpyc.Service):
                             layers=self._layers, stages=self._stages,
                             configs=self._configs, error=self._error)
             self._records, self._layers, self._stages, self._configs = [], [], [], []
+        if out.finished:
+            out.decision = self.final_decision()
         out.logs = self.logs.drain() if self.logs is not None else []
         return out
+
+    def final_decision(self) -> dict | None:
+        """The prepared partitioner's decision as plain JSON (None without one)."""
+        part = getattr(self, "partitioner", None)
+        if part is None or part.ctx is None:
+            return None
+        return json.loads(json.dumps(part.decision(), default=str))
 
     @control()
     def exposed_finish(self) -> str:

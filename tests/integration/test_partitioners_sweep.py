@@ -223,3 +223,38 @@ def test_runner_scores_partitioners_after_a_cyclic_sweep(tmp_path):
     assert result.summary["measurement_noise"] is None
     doc = json.loads((result.run_dir / "partitioners.json").read_text())
     assert doc["inputs"]["network"]["bandwidth_Bps"] > 0
+
+
+def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path):
+    """`race`: the edge's task stops when the partitioner says the race is over; the
+    decision in summary.json is the final one and counts every row."""
+    from app_api.manifest import load_manifest
+    from app_api.results import read_csv
+    from app_api.runner import run_experiment
+
+    overrides = [
+        "participant_instances.edge-1.device=localhost",
+        "participant_instances.cloud-1.device=localhost",
+        "partitioner.params.repeats=3",
+        "partitioner.params.refine=0",
+        "partitioner.params.contenders=3",
+        "+partitioner.params.splits=[0,8,22]",
+        "+partitioner.params.race={confidence: 0.9, budget: 12, min_samples: 3}",
+        "dataset.params.limit=1",
+        "run.warmup=1",
+        "evaluate.partitioners=[]",
+    ]
+    result = run_experiment(
+        load_manifest("neurosurgeon-alexnet", overrides), out_dir=tmp_path / "run", progress=False
+    )
+    assert result.ok, result.errors
+    dec = result.summary["partitioner"]["edge-1"]["decision"]
+    race = dec["race"]
+    assert dec["order"] == "interleaved" and dec["sweep_length"] == 3 * 3 + 12
+    assert race["stopped"] in ("separated", "budget"), race
+    assert race["stopped"] == "budget" or len(race["contenders"]) == 1
+    assert 0 < race["inferences"] <= 12 and set(race["contenders"]) <= {0, 8, 22}
+    rows = read_csv(result.run_dir / "inferences.csv")
+    assert len(rows) == dec["inferences"] == 3 * 3 + race["inferences"]
+    assert [int(r["split"]) for r in rows[:9]] == [0, 8, 22] * 3  # the walk, round-robin
+    print(json.dumps(race))
