@@ -102,6 +102,11 @@ class CyclicPartitioner(Partitioner):
         self.seed = int(seed)
         #: the CodecConfig of the last decision (None: the manifest's transport)
         self.transport: Any = None
+        #: how many times the last decision's (split, transport) pair came before: the
+        #: infer-dataset task infers input ``item`` (cycled), so every split sees the same
+        #: inputs in any order
+        self.item = 0
+        self._seen: dict[tuple[int, int | None], int] = {}
         self.slots: list[tuple[int, int | None]] = []
         self.repeats = int(repeats)
         self.refine = int(refine)
@@ -119,6 +124,7 @@ class CyclicPartitioner(Partitioner):
         self._raced = 0
         self._rounds = 0
         self._rng = random.Random(self.seed)
+        self._seen = {}
         #: why the race stopped: None while it runs, "separated" or "budget"
         self.stopped: str | None = None
 
@@ -149,6 +155,7 @@ class CyclicPartitioner(Partitioner):
         self._visits = _visits(len(self.slots), self.repeats, self.order, self.seed)
         self._queue, self._raced, self._rounds, self.stopped = [], 0, 0, None
         self._rng = random.Random(self.seed)
+        self._seen, self.item = {}, 0
 
     def _walk(self) -> int:
         return len(self.slots) * self.repeats
@@ -179,10 +186,9 @@ class CyclicPartitioner(Partitioner):
         if self.race and self._pos >= self._walk():
             if not self._queue:
                 self._race_round()
-            if self._queue:
-                self._raced += 1
-                return self._queue.pop(0)
-            return self.contenders[0]
+            k = self._queue.pop(0) if self._queue else self.contenders[0]
+            self._raced += 1 if self.stopped is None else 0
+            return self._count(k, None)
         while True:
             k = self._at(self._pos)
             self._pos += 1
@@ -198,11 +204,17 @@ class CyclicPartitioner(Partitioner):
         if i < self._walk():
             k, t = self.slots[self._visits[i]]
             self.transport = None if t is None else self.transports[t][2]
-            return k
+            return self._count(k, t)
         if i == self._walk():
             self.contenders = self._pick_contenders()
         j = i - self._walk()
-        return self.contenders[j % len(self.contenders)]
+        return self._count(self.contenders[j % len(self.contenders)], None)
+
+    def _count(self, k: int, t: int | None) -> int:
+        """``k``, with :attr:`item` set to the visits of pair (k, t) before this one."""
+        self.item = self._seen.get((k, t), 0)
+        self._seen[(k, t)] = self.item + 1
+        return k
 
     def finished(self) -> bool:
         """True once the race is over (never without ``race``): the task stops there."""

@@ -18,8 +18,11 @@ class InferDataset(Task):
 
     The count is ``params.count`` if given, else ``sweeps`` (default ``run.repeats``, 1) times the
     partitioner's sweep length (cyclic: valid splits x repeats, inputs cycled),
-    else one pass over the dataset. A partitioner with a ``finished()`` method that turns
-    true (cyclic's race, once decided) ends the task there, before the count.
+    else one pass over the dataset. The ``i``-th inference infers input ``i`` (cycled), or
+    input ``item`` where the partitioner has one (cyclic: the how-many-th visit of this
+    split, so every split sees the same inputs in any order). A partitioner with a
+    ``finished()`` method that turns true (cyclic's race, once decided) ends the task
+    there, before the count.
     """
 
     requires = "infer"
@@ -51,7 +54,8 @@ class InferDataset(Task):
                 participant.progress(total=i)
                 break
             k = participant.partitioner.next_split()
-            x, label, item = inputs[i % len(inputs)]
+            j = getattr(participant.partitioner, "item", None)  # cyclic: the pair's visit
+            x, label, item = inputs[(i if j is None else j) % len(inputs)]
             row = participant.infer(x, label, item, k)
             participant.partitioner.observe(k, row)
             participant.progress(done=i + 1, split=k)

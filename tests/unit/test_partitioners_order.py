@@ -136,3 +136,18 @@ def test_without_race_the_walk_never_finishes():
 def test_race_settings_are_checked(params):
     with pytest.raises(TracrError, match="race"):
         create_partitioner("cyclic", **params)
+
+
+@pytest.mark.parametrize("order", ["interleaved", "sequential", "shuffled"])
+def test_every_split_sees_the_same_inputs_in_any_order(order):
+    # 4 splits and 2 inputs: cycling inputs by inference number would give each split
+    # one input only when visited round-robin
+    p = create_partitioner("cyclic", repeats=4, order=order, race={"budget": 6, "min_samples": 9})
+    p.setup(ctx())
+    seen: dict[int, list[int]] = {}
+    for _ in range(p.sweep_length()):
+        k = p.next_split()
+        seen.setdefault(k, []).append(p.item)
+        p.observe(k, {"e2e_ms": 1.0 + k, "error": ""})
+    assert all(v[:4] == [0, 1, 2, 3] for v in seen.values())
+    assert all(v == list(range(len(v))) for v in seen.values())  # the race goes on from there

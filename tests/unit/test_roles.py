@@ -106,8 +106,12 @@ def test_sweep_rows_layers_and_exact_outputs(pair):
         assert all(lr["side"] == ("edge" if lr["index"] <= r["split"] else "cloud") for lr in mine)
     # the split outputs equal the unsplit model's
     ref = edge.split_model
+    by_item = {item: x for x, _, item in edge.inputs}
+    assert len(by_item) == len(edge.inputs) > 1
+    # every split saw the same inputs: its n-th visit infers input n
+    assert [r["item"] for r in rows] == [edge.inputs[j][2] for j in (0, 1) for _ in valid]
     for r in rows:
-        x = edge.inputs[r["inference"] % len(edge.inputs)][0]
+        x = by_item[r["item"]]
         out, _ = ref.run_full(x)
         assert r["top1"] == int(out[0].argmax())
         assert abs(r["output_sum"] - float(out.double().sum())) < 1e-3
