@@ -124,7 +124,6 @@ class CyclicPartitioner(Partitioner):
         self._raced = 0
         self._rounds = 0
         self._rng = random.Random(self.seed)
-        self._seen = {}
         #: why the race stopped: None while it runs, "separated" or "budget"
         self.stopped: str | None = None
 
