@@ -40,6 +40,17 @@ def reference_outputs(model: str, n_items: int, depth=None) -> list[tuple[int, f
     return out
 
 
+def item_names(model: str, n_items: int) -> list[str]:
+    """The names of the first dataset items, in dataset order (the rows' ``item``)."""
+    from experiment_design.models import get_model_spec
+    from MyDatasets import create_dataset
+
+    ds = create_dataset(
+        "sample", input_shape=tuple(get_model_spec(model).input_shape), seed=0, limit=n_items
+    )
+    return [str(ds[i][2]) for i in range(len(ds))]
+
+
 def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int, depth=None):
     from app_api.manifest import load_manifest
     from app_api.results import read_csv
@@ -93,9 +104,12 @@ def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int,
         if 0 < sp["split"] < n_layers:
             assert sp["edge_cpu_ms_median"] > 0 and sp["cloud_cpu_ms_median"] > 0, sp
     # split runs reproduce the unsplit model, at every split point
-    ref = reference_outputs(s["model"], n_items, depth)
+    # each row against the unsplit output of its own input (a sweep's visit order decides
+    # which input an inference gets: rows name it)
+    ref = dict(zip(item_names(s["model"], n_items), reference_outputs(s["model"], n_items, depth),
+                   strict=True))
     for r in rows:
-        top1, total = ref[int(r["inference"]) % len(ref)]
+        top1, total = ref[r["item"]]
         assert int(r["top1"]) == top1, r
         assert abs(float(r["output_sum"]) - total) <= 1e-4 * max(1.0, abs(total)), r
     return result
