@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from app_api.model_coverage import FAMILIES, SplitCheck, builders, plan, sample_cuts
 from experiment_design.errors import TracrError
+from tests.unit.test_cli_model import _tracr  # `tracr ...` in a real process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,15 +22,6 @@ FEW = {
 }
 
 
-def _tracr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "app.py", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
 
 
 @pytest.fixture(scope="module")
