@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from app_api.model_coverage import FAMILIES, SplitCheck, builders, plan, sample_cuts
 from experiment_design.errors import TracrError
 from tests.unit.test_cli_model import _tracr  # `tracr ...` in a real process
-
-REPO = Path(__file__).resolve().parents[2]
 
 FEW = {
     "resnet18": "classification",
