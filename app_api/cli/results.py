@@ -434,6 +434,10 @@ def _print_partitioners(console, summary: dict) -> None:
                       f"of half the repeats, scored on the other half; {noise['repeats_min']}"
                       f"-{noise['repeats_max']} repeats per split). A regret this close to 1.0 "
                       "cannot be told from a perfect choice.")
+        among = noise.get("contenders")
+        if among:
+            console.print(f"  among the {among['splits']} contenders alone ({among['repeats_min']}"
+                          f"-{among['repeats_max']} repeats each): {among['regret']:.3f}")
 
 
 def print_group(group: dict, group_dir) -> None:
@@ -447,7 +451,7 @@ def print_group(group: dict, group_dir) -> None:
         labels += [x for x in (r.get("partitioners") or {}) if x not in labels]
     t = Table(title=f"{group.get('experiment')} / {group.get('group_id')} "
                     f"({group.get('model')}): how the best split moves with bandwidth")
-    for col in ("bandwidth", "measured", "best split", "best ms", "noise"):
+    for col in ("bandwidth", "measured", "best split", "best ms", "noise", "noise (contenders)"):
         t.add_column(col, justify="right")
     for label in labels:
         t.add_column(f"{label}\nchosen (regret)", justify="right")
@@ -455,7 +459,7 @@ def print_group(group: dict, group_dir) -> None:
     for r in rows:
         cells = [str(r.get("bandwidth")), _rate(r.get("measured_Bps")),
                  f"{r.get('best')} ({r.get('best_layer')})", _f(r.get("best_ms")),
-                 _f(r.get("noise_regret"), 3)]
+                 _f(r.get("noise_regret"), 3), _f(r.get("noise_contenders"), 3)]
         for label in labels:
             p = (r.get("partitioners") or {}).get(label)
             if not p:

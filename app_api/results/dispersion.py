@@ -17,49 +17,26 @@ separated by chance, so the set is, if anything, too small.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: resamples per bootstrap: the interval's ends move by well under 1% between seeds
-RESAMPLES = 1000
-CONFIDENCE = 0.95
+from experiment_design.stats import CONFIDENCE, RESAMPLES, mad
+from experiment_design.stats import bootstrap_medians as _bootstrap
+from experiment_design.stats import clean as _clean
+from experiment_design.stats import interval as _interval
+
 SEED = 0
 
-
-def _clean(values: Sequence[float]) -> list[float]:
-    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
-
-
-def mad(values: Sequence[float]) -> float | None:
-    """Median absolute deviation from the median (unscaled); None for no values."""
-    xs = _clean(values)
-    if not xs:
-        return None
-    m = statistics.median(xs)
-    return statistics.median(abs(x - m) for x in xs)
+__all__ = ["CONFIDENCE", "RESAMPLES", "SEED", "best_set", "bootstrap_medians", "mad",
+           "median_interval"]
 
 
 def bootstrap_medians(values: Sequence[float], split: int, resamples: int = RESAMPLES,
                       seed: int = SEED) -> Any:
     """``resamples`` medians of ``values`` resampled with replacement (a numpy array), the
     RNG seeded by ``[seed, split]``; None with fewer than two values (nothing to resample)."""
-    import numpy as np
-
-    xs = np.asarray(_clean(values), dtype=float)
-    if len(xs) < 2:
-        return None
-    rng = np.random.default_rng([seed, int(split)])
-    return np.median(xs[rng.integers(0, len(xs), size=(resamples, len(xs)))], axis=1)
-
-
-def _interval(boot: Any, confidence: float) -> list[float]:
-    import numpy as np
-
-    tail = (1.0 - confidence) / 2
-    lo, hi = np.quantile(boot, [tail, 1.0 - tail])
-    return [float(lo), float(hi)]
+    return _bootstrap(values, [seed, int(split)], resamples)
 
 
 def median_interval(values: Sequence[float], split: int, confidence: float = CONFIDENCE,

@@ -63,6 +63,8 @@ def group_row(bandwidth: str, summary: dict | None, run_dir: Path, group_dir: Pa
         "best_layer": best.get("layer") if best else None,
         "best_ms": best.get("e2e_ms_median") if best else None,
         "noise_regret": (s.get("measurement_noise") or {}).get("regret"),
+        "noise_contenders": ((s.get("measurement_noise") or {}).get("contenders") or {}).get(
+            "regret"),
         "partitioners": parts,
     }
 

@@ -314,12 +314,23 @@ def split_half_regret(e2e_by_split: Mapping[int, Sequence[float]]) -> dict | Non
 
 
 def measurement_noise(rows: Iterable[Mapping]) -> dict | None:
-    """:func:`split_half_regret` of a run's inference rows (failed ones left out)."""
+    """:func:`split_half_regret` of a run's inference rows (failed ones left out).
+
+    Where some splits were measured more than others (cyclic's ``refine`` or ``race``:
+    the contenders), ``contenders`` is the same figure over those splits alone. The
+    walk's splits have a sample or two per half, and a lucky one among a hundred such
+    halves wins a half without being in the running for the whole run: the headline
+    figure counts that winner's curse, ``contenders`` the noise of the final choice.
+    """
     by_split: dict[int, list[float]] = {}
     for r in rows:
         if not r.get("error") and r.get("e2e_ms") is not None:
             by_split.setdefault(int(r["split"]), []).append(float(r["e2e_ms"]))
-    return split_half_regret(by_split)
+    out = split_half_regret(by_split)
+    if out and out["repeats_max"] > out["repeats_min"]:
+        more = {k: v for k, v in by_split.items() if len(v) > out["repeats_min"]}
+        out["contenders"] = split_half_regret(more)
+    return out
 
 
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:

@@ -12,6 +12,7 @@ from experiment_design.partitioners.base import (
     Partitioner,
     register_partitioner,
 )
+from experiment_design.stats import separated
 
 
 @register_partitioner("cyclic")
@@ -123,7 +124,6 @@ class CyclicPartitioner(Partitioner):
         self._queue: list[int] = []
         self._raced = 0
         self._rounds = 0
-        self._rng = random.Random(self.seed)
         #: why the race stopped: None while it runs, "separated" or "budget"
         self.stopped: str | None = None
 
@@ -153,7 +153,6 @@ class CyclicPartitioner(Partitioner):
         self._skip = dict(self.done)
         self._visits = _visits(len(self.slots), self.repeats, self.order, self.seed)
         self._queue, self._raced, self._rounds, self.stopped = [], 0, 0, None
-        self._rng = random.Random(self.seed)
         self._seen, self.item = {}, 0
 
     def _walk(self) -> int:
@@ -252,16 +251,13 @@ class CyclicPartitioner(Partitioner):
 
     def _separated(self, k: int, best: int) -> bool:
         """Whether the percentile-bootstrap interval (at ``confidence``) of median(k) -
-        median(best) lies entirely above zero; False before ``min_samples`` each."""
+        median(best) lies entirely above zero; False before ``min_samples`` each. Seeded by
+        the pair and their counts, so the same measurements always give the same answer."""
         a, b = self.e2e.get(k, []), self.e2e.get(best, [])
-        n_min = self.race["min_samples"]
-        if len(a) < n_min or len(b) < n_min:
+        if min(len(a), len(b)) < self.race["min_samples"]:
             return False
-        draws, rng, med = self.race["resamples"], self._rng, statistics.median
-        diffs = sorted(med(rng.choices(a, k=len(a))) - med(rng.choices(b, k=len(b)))
-                       for _ in range(draws))
-        lo = diffs[int((1.0 - self.race["confidence"]) / 2.0 * draws)]
-        return lo > 0.0
+        return separated(a, b, [self.seed, k, best, len(a), len(b)],
+                         self.race["confidence"], self.race["resamples"])
 
     def sweep_length(self) -> int:
         """len(allowed splits) x repeats, plus the refine rounds, times ``passes``; less the

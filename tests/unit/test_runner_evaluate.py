@@ -196,6 +196,29 @@ def test_measurement_noise_reads_inference_rows_and_skips_failures():
     assert measurement_noise(rows[:2]) is None
 
 
+def test_measurement_noise_says_how_far_the_contenders_alone_move():
+    """A walk of 3 repeats over 40 splits, then 12 more over two contenders: a walk split's
+    lucky lone sample wins half B, so the headline counts that winner's curse; the
+    contenders' own figure compares the splits that stayed in the running."""
+    from app_api.runner.evaluate import measurement_noise
+
+    rows = []
+    for k in range(40):
+        # split 7's second sample (its only one in half B) is a lucky 5.0, its others 30:
+        # never a contender
+        rows += [{"split": k, "e2e_ms": v} for v in
+                 ([30.0, 5.0, 30.0] if k == 7 else [20.0 + k, 21.0 + k, 22.0 + k])]
+    for i in range(15):
+        rows += [{"split": 0, "e2e_ms": 10.0 + (i % 3)}, {"split": 1, "e2e_ms": 10.2 + (i % 3)}]
+    noise = measurement_noise(rows)
+    assert noise["b_on_a"] == pytest.approx(30.0 / 11.0)  # half B's best is split 7
+    among = noise["contenders"]
+    assert among["splits"] == 2 and among["repeats_min"] == among["repeats_max"] == 18
+    assert among["regret"] == pytest.approx(1.0)
+    # every split measured as often: no second figure
+    assert "contenders" not in measurement_noise(rows[:120])
+
+
 def _spread(center: float, n: int = 25) -> list[float]:
     """n hand-made samples evenly over center +- 4 ms, interleaved as repeats would be."""
     return [center + 8.0 * ((i * 7) % n / (n - 1) - 0.5) for i in range(n)]
