@@ -11,4 +11,5 @@ BENCHMARKS = {
     "transport": "participant data path versus a raw TCP socket",
     "deploy": "zero-deploy: time to all participants ready, and teardown time",
     "pipeline": "a pipelined run against its bound, latency mode and the best single device",
+    "quota": "how steady one CPU's compute time is, unlimited and under a CPU quota",
 }

@@ -438,6 +438,14 @@ def _print_partitioners(console, summary: dict) -> None:
         if among:
             console.print(f"  among the {among['splits']} contenders alone ({among['repeats_min']}"
                           f"-{among['repeats_max']} repeats each): {among['regret']:.3f}")
+    for name, part in (summary.get("partitioner") or {}).items():
+        race = ((part or {}).get("decision") or {}).get("race") if isinstance(part, dict) else None
+        if race and race.get("stopped"):
+            why = {"separated": "the best was separated from every other contender",
+                   "budget": "the budget ran out"}.get(race["stopped"], race["stopped"])
+            console.print(f"race ({name}): stopped after {race.get('inferences')} inferences in "
+                          f"{race.get('rounds')} rounds: {why} at {race.get('confidence'):.0%}; "
+                          f"left: {', '.join(str(k) for k in race.get('contenders') or [])}")
 
 
 def print_group(group: dict, group_dir) -> None:

@@ -135,11 +135,15 @@ _MEASURED_METRIC = {"top1_agree": "top1_agreement", "cosine": "cosine_min"}
 
 
 def score_pairs(name: str, params: Mapping, ctx: Any, pairs: Sequence[Mapping],
-                sweep: Mapping | None = None) -> dict:
+                sweep: Mapping | None = None,
+                samples: Mapping[tuple[int, str], Sequence[float]] | None = None) -> dict:
     """Score a partitioner that picks a (split, transport) pair against the measured pairs
     (``summary["codecs"]["pairs"]``): set up on ``ctx`` (its fidelity probe included) among
     the measured splits, its pair's measured median over the best measured median of the
-    pairs whose measured fidelity meets its floor. Raises TracrError when it cannot decide."""
+    pairs whose measured fidelity meets its floor. With ``samples`` (:func:`pair_samples`)
+    the result gains ``in_best_set`` and ``tie``: its pair is among those that meet the
+    floor and that the measurements cannot separate from the best of them (the summary's
+    best-set rule, over pairs). Raises TracrError when it cannot decide."""
     from experiment_design.partitioners.split_codec import meets
 
     measured = {(int(p["split"]), str(p["transport"])): p for p in pairs
@@ -163,6 +167,10 @@ def score_pairs(name: str, params: Mapping, ctx: Any, pairs: Sequence[Mapping],
                  for r in dec.get("pairs") or []}
     common = sorted(set(predicted) & set(measured))
     notes = list(dec.get("notes") or [])
+    tie: dict = {}
+    if samples is not None and mine is not None and above:
+        tie["in_best_set"] = key in pair_best_set(above, samples)
+        tie["tie"] = tie["in_best_set"]
     if mine is None:
         notes.append(f"chosen pair {key} was not measured in the sweep")
     if best is None:
@@ -184,7 +192,30 @@ def score_pairs(name: str, params: Mapping, ctx: Any, pairs: Sequence[Mapping],
         "criterion": dec.get("criterion"),
         "notes": notes,
         "decision": dec,
+        **tie,
     }
+
+
+def pair_samples(rows: Iterable[Mapping]) -> dict[tuple[int, str], list[float]]:
+    """``{(split, transport label): [e2e ms, ...]}`` of a run's successful inference rows."""
+    out: dict[tuple[int, str], list[float]] = {}
+    for r in rows:
+        if not r.get("error") and r.get("e2e_ms") is not None:
+            out.setdefault((int(r["split"]), str(r.get("transport") or "")), []).append(
+                float(r["e2e_ms"]))
+    return out
+
+
+def pair_best_set(candidates: Iterable[Mapping],
+                  samples: Mapping[tuple[int, str], Sequence[float]]) -> set[tuple[int, str]]:
+    """The (split, transport) pairs among ``candidates`` (pair rows) that the samples cannot
+    separate from the fastest of them: :func:`app_api.results.dispersion.best_set` over the
+    pairs, numbered in (split, transport) order so the seeds do not depend on the caller."""
+    from app_api.results.dispersion import best_set
+
+    keys = sorted({(int(p["split"]), str(p["transport"])) for p in candidates})
+    found = best_set({i: samples.get(k, []) for i, k in enumerate(keys)})
+    return {keys[i] for i in (found or {}).get("splits", [])}
 
 
 def evaluate_partitioners(
@@ -194,6 +225,7 @@ def evaluate_partitioners(
     pairs: Sequence[Mapping] | None = None,
     sweep: Mapping | None = None,
     best_set: Iterable[int] | None = None,
+    pair_samples: Mapping[tuple[int, str], Sequence[float]] | None = None,
 ) -> dict:
     """Score partitioners against measured medians.
 
@@ -210,6 +242,7 @@ def evaluate_partitioners(
     ``sweep`` (the sweep's params) giving it the sweep's transports. With ``best_set``
     (``summary["best_set"]["splits"]``) a split-only result gains ``in_best_set`` and
     ``tie`` (true when its chosen split is in the set); regret stays the headline.
+    ``pair_samples`` does the same for a pair-choosing partitioner (:func:`score_pairs`).
     """
     from experiment_design.errors import TracrError
 
@@ -231,7 +264,7 @@ def evaluate_partitioners(
         label, name, params = _spec(entry)
         if pairs and _needs_fidelity(name):
             try:
-                out[label] = score_pairs(name, params, ctx, pairs, sweep)
+                out[label] = score_pairs(name, params, ctx, pairs, sweep, pair_samples)
             except TracrError as e:
                 log.warning("partitioner %s could not decide: %s", label, e)
                 out[label] = {"name": name, "error": str(e), "hint": e.hint}
@@ -426,6 +459,7 @@ def evaluate_run(
     pairs: Sequence[Mapping] | None = None,
     sweep: Mapping | None = None,
     best_set: Iterable[int] | None = None,
+    pair_samples: Mapping[tuple[int, str], Sequence[float]] | None = None,
 ) -> dict:
     """The observer's one call after a sweep: score, write ``partitioners.json``, return the summary block.
 
@@ -436,7 +470,8 @@ def evaluate_run(
     ``partitioners.json`` (``what_if_bandwidths``); ``pairs`` (``summary["codecs"]
     ["pairs"]``) and ``sweep`` (the sweep's partitioner params) score pair-choosing
     partitioners against the measured pairs; ``best_set`` (``summary["best_set"]
-    ["splits"]``) marks the choices the sweep cannot tell from the best as ties. Returns
+    ["splits"]``) marks the choices the sweep cannot tell from the best as ties, and
+    ``pair_samples`` (:func:`pair_samples` of the rows) a pair's. Returns
     ``summary_view(...)`` for ``summary["partitioners"]``.
     """
     from experiment_design.partitioners import PartitionContext
@@ -445,7 +480,7 @@ def evaluate_run(
     if not isinstance(ctx, PartitionContext):
         ctx = PartitionContext.from_dict(dict(ctx))
     evaluation = evaluate_partitioners(names, ctx, medians_from_splits(splits), pairs, sweep,
-                                       best_set)
+                                       best_set, pair_samples)
     if run_dir is not None:
         what_if = (bandwidth_what_if(names, ctx, bandwidths_Bps, sweep) if bandwidths_Bps
                    else None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app_api.results import CONFIGS_FILE, ResultsWriteError, build_summary
 from app_api.results.fidelity import codec_summary
-from app_api.runner.evaluate import evaluate_run, measurement_noise
+from app_api.runner.evaluate import evaluate_run, measurement_noise, pair_samples
 from app_api.runner.pipeline import pipeline_summary
 from app_api.runner.state import RunState
 from app_api.units import parse_rate
@@ -95,7 +95,7 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
     if codecs:
         summary["codecs"] = codecs
     if state.eval_ctx is not None and summary["splits"] and getattr(w, "failure", None) is None:
-        summary["partitioners"] = score_partitioners(state, summary, w.dir)
+        summary["partitioners"] = score_partitioners(state, summary, w.dir, w.rows)
         summary["measurement_noise"] = measurement_noise(w.rows)
     if write_summary(w, summary):
         draw_plots(summary, w.dir)
@@ -161,15 +161,18 @@ SMALL_SUMMARY = ("experiment", "run_id", "status", "incomplete", "resumed_from",
                  "failed", "best_split", "wall_s", "model")
 
 
-def score_partitioners(state: RunState, summary: dict, run_dir: Path) -> dict | None:
-    """Score the manifest's ``evaluate.partitioners`` against this sweep."""
+def score_partitioners(state: RunState, summary: dict, run_dir: Path,
+                       rows: list[dict] | None = None) -> dict | None:
+    """Score the manifest's ``evaluate.partitioners`` against this sweep (``rows``: its
+    inference rows, whose per-pair samples tell a pair-choosing partitioner's ties)."""
     m = state.manifest
     try:
         rates = [parse_rate(bw) for bw in (m.network or {}).get("bandwidths") or []]
         return evaluate_run(m.evaluate["partitioners"], state.eval_ctx, summary["splits"],
                             run_dir, rates, pairs=(summary.get("codecs") or {}).get("pairs"),
                             sweep=(m.partitioner or {}).get("params"),
-                            best_set=(summary.get("best_set") or {}).get("splits"))
+                            best_set=(summary.get("best_set") or {}).get("splits"),
+                            pair_samples=pair_samples(rows or []))
     except Exception as exc:  # scoring must never lose the run's own results
         log.warning("partitioner evaluation failed: %s", exc)
         summary.setdefault("warnings", []).append(f"partitioner evaluation failed: {exc}")

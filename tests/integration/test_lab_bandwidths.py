@@ -54,7 +54,9 @@ def test_bandwidth_loop_on_the_lab(cfg):
             "--set",
             "partitioner.params.repeats=2",
             "--set",
-            "partitioner.params.refine=2",
+            "+partitioner.params.refine=2",
+            "--set",
+            "~partitioner.params.race",
             "--set",
             "partitioner.params.contenders=2",
             "--set",
@@ -86,6 +88,10 @@ def test_bandwidth_loop_on_the_lab(cfg):
             noise = run["measurement_noise"]
             assert noise["regret"] >= 1.0 and noise["repeats_min"] == 2
             assert row["noise_regret"] == noise["regret"]
+            # the two refined splits alone: 4 repeats each
+            among = noise["contenders"]
+            assert among["splits"] == 2 and among["repeats_min"] == 4
+            assert row["noise_contenders"] == among["regret"]
             # the quota'd edge timed cold passes; predicted-argmin read its prefixes off them
             doc_p = json.loads((group / row["run"] / "partitioners.json").read_text())
             edge_prof = doc_p["inputs"]["edge_profile"]

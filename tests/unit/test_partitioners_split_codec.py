@@ -187,6 +187,38 @@ def test_scored_against_the_measured_pairs_under_the_same_floor():
     assert "transport" not in view["predicted-argmin"]
 
 
+def test_a_pair_the_samples_cannot_separate_from_the_best_is_a_tie():
+    """The chosen pair (1, int8) at 300 ms against the best (2, int8) at 280 ms: a tie when
+    their samples overlap, not when they are tight; the pair below the floor (int4, the
+    fastest) is never the best it is compared with."""
+    from app_api.runner.evaluate import evaluate_partitioners, pair_samples
+
+    pairs = [_measured(1, "zstd-1", 900.0, 1.0), _measured(1, "int8+zstd-1", 300.0, 1.0),
+             _measured(1, "int4+zstd-1", 150.0, 0.5),
+             _measured(2, "zstd-1", 1800.0, 1.0), _measured(2, "int8+zstd-1", 280.0, 1.0)]
+
+    def rows(spread: float) -> list[dict]:
+        out = []
+        for p in pairs:
+            for i in range(12):  # symmetric around the pair's median
+                out.append({"split": p["split"], "transport": p["transport"],
+                            "e2e_ms": p["e2e_ms_median"] + spread * (i - 5.5) / 5.5})
+        out.append({"split": 1, "transport": "int8+zstd-1", "e2e_ms": None,
+                    "error": "link to cloud-1 failed"})
+        return out
+
+    def score(spread: float) -> dict:
+        return evaluate_partitioners(["split-codec"], _ctx(ROWS), {1: 1.0, 2: 1.0}, pairs,
+                                     sweep={"transports": TRANSPORTS},
+                                     pair_samples=pair_samples(rows(spread)))["split-codec"]
+
+    wide, tight = score(60.0), score(2.0)
+    assert wide["regret"] == tight["regret"] == pytest.approx(300 / 280)
+    assert wide["tie"] is True and wide["in_best_set"] is True
+    assert tight["tie"] is False and tight["in_best_set"] is False
+    assert len(pair_samples(rows(1.0))[(1, "int8+zstd-1")]) == 12  # the failed row left out
+
+
 def test_a_pair_below_the_floor_as_measured_is_reported():
     from app_api.runner.evaluate import evaluate_partitioners
 
