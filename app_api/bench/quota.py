@@ -15,7 +15,8 @@ difference: the passes are dealt alternately into two halves and the two medians
 compared, which is what a sweep's split-half noise is made of. ``idle_inflation`` is the
 gapped unlimited case's median CPU time over the back-to-back one's: what an idle spell
 costs the next pass (on a virtual machine whose idle CPU halts, +35% was measured after
-20 ms idle: the host runs something else on the core and the caches go cold).
+20 ms idle while the host was busy, none an hour later: the host runs something else on
+the core and the caches go cold).
 ``cpu_inflation`` is a quota'd case's median CPU time over the gapped unlimited one's:
 what stalling at the quota adds on top. The cases run one after the other, so a figure
 compares with the other cases of the same run only.
