@@ -459,7 +459,7 @@ def print_group(group: dict, group_dir) -> None:
         labels += [x for x in (r.get("partitioners") or {}) if x not in labels]
     t = Table(title=f"{group.get('experiment')} / {group.get('group_id')} "
                     f"({group.get('model')}): how the best split moves with bandwidth")
-    for col in ("bandwidth", "measured", "best split", "best ms", "noise", "noise (contenders)"):
+    for col in ("bandwidth", "measured", "best split", "best ms", "noise"):
         t.add_column(col, justify="right")
     for label in labels:
         t.add_column(f"{label}\nchosen (regret)", justify="right")
@@ -467,7 +467,7 @@ def print_group(group: dict, group_dir) -> None:
     for r in rows:
         cells = [str(r.get("bandwidth")), _rate(r.get("measured_Bps")),
                  f"{r.get('best')} ({r.get('best_layer')})", _f(r.get("best_ms")),
-                 _f(r.get("noise_regret"), 3), _f(r.get("noise_contenders"), 3)]
+                 _f(r.get("noise_regret"), 3)]
         for label in labels:
             p = (r.get("partitioners") or {}).get(label)
             if not p:
@@ -478,6 +478,10 @@ def print_group(group: dict, group_dir) -> None:
                 cells.append(f"{p.get('chosen')} ({_f(p.get('regret'), 3)})")
         t.add_row(*cells, str(r.get("status")))
     console.print(t)
+    among = [f"{r['bandwidth']} {_f(r['noise_contenders'], 3)}" for r in rows
+             if r.get("noise_contenders") is not None]
+    if among:
+        console.print(f"noise among the raced or refined contenders alone: {', '.join(among)}")
     missing = [b for b in group.get("bandwidths") or [] if b not in {r["bandwidth"] for r in rows}]
     if missing:
         console.print(f"not run: {', '.join(map(str, missing))}")

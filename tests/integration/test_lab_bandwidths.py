@@ -109,6 +109,7 @@ def test_bandwidth_loop_on_the_lab(cfg):
         show = _tracr("results", "show", str(group), timeout=60)
         assert show.returncode == 0, show.stderr
         assert all(r in show.stdout for r in RATES) and "predicted-argmin" in show.stdout
+        assert "noise among the raced or refined contenders alone: 16MB/s" in show.stdout
         assert "noise" in show.stdout
         one = _tracr("results", "show", str(group / doc["rows"][0]["run"]), timeout=60)
         assert one.returncode == 0 and "measurement noise: split-half regret" in one.stdout
