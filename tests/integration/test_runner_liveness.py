@@ -180,6 +180,10 @@ def test_a_participant_printing_more_than_a_pipe_holds_does_not_block(tmp_path, 
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker.exists(), "the participant's print of 256 KiB blocked"
+        # the print returns once its last bytes are in the pipe: up to a pipe's worth
+        # (64 KiB, ~600 lines) is still on its way to the reader when the marker appears
+        while h.stdout_lines < 2600 and time.monotonic() < deadline + 10:
+            time.sleep(0.05)
         assert h.stdout_lines >= 2600 and h.silent_for() < 5 and h.alive()
     finally:
         h.stop()
