@@ -306,7 +306,10 @@ class ProfileParams(Message):
     """profile_layers(): how many passes to time (see ``roles/profiling.py``).
 
     ``full_repeats`` and ``cold_repeats`` default to ``repeats``; ``cold_gap_ms`` to two
-    CFS periods of the participant's own quota.
+    CFS periods of the participant's own quota. ``cpu_quota`` (``{"quota_ms",
+    "period_ms", ...}``) is the quota the observer knows the participant runs under, for a
+    participant that cannot see its own (a lab host: its cgroup is not mounted in its
+    network namespace); what the participant reads itself comes first.
     """
 
     omit_none: ClassVar[bool] = True
@@ -316,6 +319,7 @@ class ProfileParams(Message):
     full_repeats: int | None = None
     cold_repeats: int | None = None
     cold_gap_ms: float | None = None
+    cpu_quota: dict | None = None
 
 
 @dataclass

@@ -49,7 +49,8 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
         lab_quota = state.facts.cpu_quota(state.handles[inst].device)
         params = PROFILE_PARAMS
         if lab_quota:  # the edge cannot see the lab's period: size its cold-pass gaps here
-            params = dataclasses.replace(params, cold_gap_ms=cold_gap_for(lab_quota["period_ms"]))
+            params = dataclasses.replace(params, cold_gap_ms=cold_gap_for(lab_quota["period_ms"]),
+                                         cpu_quota=lab_quota)
         ctx.edge_profile = with_quota(state.client(inst).profile_layers(params), lab_quota)
     if "cloud_profile" in needs and partners:
         ctx.cloud_profile = state.client(partners[0]).profile_layers(PROFILE_PARAMS)

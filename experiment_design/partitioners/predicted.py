@@ -245,6 +245,40 @@ def edge_after_idle(cold: Sequence[float], k: int, idle_ms: float, period_ms: fl
     return f * cold[k] + (1.0 - f) * max(warm, cold[k])
 
 
+def prefix_cpu_of(profile: Mapping | None, n: int) -> list[float] | None:
+    """``[0, C(1), ..., C(n)]``: the CPU time of each prefix, the profile's ``full_cpu_ms``
+    spread over the layers by their fastest runs (``layers_min``); None without them."""
+    prof = profile or {}
+    full_cpu = prof.get("full_cpu_ms")
+    mins = layer_ms_of({"layers": prof.get("layers_min")}, n) if prof.get("layers_min") else None
+    if not full_cpu or not mins or any(v is None for v in mins) or sum(mins) <= 0:
+        return None
+    scale, out = float(full_cpu) / sum(mins), [0.0]
+    for v in mins:
+        out.append(out[-1] + float(v) * scale)
+    return out
+
+
+def handoff_ms(profile: Mapping | None, cpu_ms: float) -> float:
+    """The stall a CPU quota adds at the end of a prefix of ``cpu_ms`` CPU time, when the
+    edge hands its tensors on: the profile's ``handoff`` points (``roles/profiling.py``)
+    interpolated linearly in CPU time from (0, 0), flat past the last; 0 without them."""
+    raw = (profile or {}).get("handoff") or []
+    pts = sorted((float(h["cpu_ms"]), float(h["stall_ms"])) for h in raw
+                 if h.get("cpu_ms") is not None and h.get("stall_ms") is not None)
+    if not pts or cpu_ms <= 0:
+        return 0.0
+    xs, ys = [0.0] + [c for c, _ in pts], [0.0] + [v for _, v in pts]
+    if cpu_ms >= xs[-1]:
+        return ys[-1]
+    for i in range(1, len(xs)):
+        if cpu_ms <= xs[i]:
+            span = xs[i] - xs[i - 1]
+            f = (cpu_ms - xs[i - 1]) / span if span > 0 else 1.0
+            return ys[i - 1] + f * (ys[i] - ys[i - 1])
+    return ys[-1]
+
+
 def summarize_inputs(ctx: PartitionContext) -> dict:
     """A short, printable summary of the context (what the decision was based on)."""
 
@@ -288,6 +322,9 @@ class PredictedArgmin(Partitioner):
     (passes timed after an idle spell, as an edge prefix runs between inferences),
     the prefix times under a quota come from that measured curve instead
     (:func:`edge_after_idle`), and the CFS model is not needed;
+    ``handoff`` (default true): under a quota, each prefix also pays the stall the edge
+    profile measured when a prefix ends and the process next gives up the CPU
+    (:func:`handoff_ms`: the quota's debt, collected at the hand-off to the link);
     ``bandwidth_Bps`` / ``rtt_ms`` override the measured link for a what-if.
     """
 
@@ -384,6 +421,14 @@ class PredictedArgmin(Partitioner):
                 wall = throttled_ms(cpu, idle, q, per)
                 p["edge_cpu_ms"], p["edge_stall_ms"] = cpu, wall - cpu
                 p["edge_ms"] = wall
+                p["total_ms"] = p["edge_ms"] + p["transfer_ms"] + p["cloud_ms"]
+        cpu = prefix_cpu_of(ctx.edge_profile, len(ctx.layers)) if throttle else None
+        if cpu is not None and (ctx.edge_profile or {}).get("handoff") \
+                and self.params.get("handoff", True):
+            edge_info["throttle"]["handoff"] = (ctx.edge_profile or {})["handoff"]
+            for k, p in pred.items():
+                p["edge_handoff_ms"] = handoff_ms(ctx.edge_profile, cpu[k])
+                p["edge_ms"] += p["edge_handoff_ms"]
                 p["total_ms"] = p["edge_ms"] + p["transfer_ms"] + p["cloud_ms"]
         self.k = min(pred, key=lambda k: (pred[k]["total_ms"], k))
         self._decision = {

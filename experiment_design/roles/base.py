@@ -308,7 +308,7 @@ class ParticipantService(rpyc.Service):
             self.split_model, x, repeats=repeats, warmup=int(params.warmup),
             full_repeats=int(params.full_repeats if params.full_repeats is not None else repeats),
             cold_repeats=int(params.cold_repeats if params.cold_repeats is not None else repeats),
-            cold_gap_ms=params.cold_gap_ms, device=str(self.device))
+            cold_gap_ms=params.cold_gap_ms, device=str(self.device), quota=params.cpu_quota)
 
     def _example_input(self) -> Any:
         from experiment_design.models import example_input

@@ -10,6 +10,8 @@ import statistics
 import time
 from typing import Any
 
+from experiment_design.split.clock import clocks
+
 
 def profile_split_model(
     sm: Any,
@@ -21,6 +23,7 @@ def profile_split_model(
     cold_repeats: int = 7,
     cold_gap_ms: float | None = None,
     device: str = "cpu",
+    quota: dict | None = None,
 ) -> dict:
     """Profile ``sm`` (a SplitModel) on input ``x``.
 
@@ -29,7 +32,8 @@ def profile_split_model(
     quota stalls only ever add time, so the minimum is the best estimate of a layer's share
     of the CPU work); ``full_ms`` / ``full_cpu_ms``: the median wall and CPU time of
     ``full_repeats`` untimed full passes (what a whole pass really costs here, quota stalls
-    included); ``cpu_quota``: the CFS limit this process runs under, or None.
+    included); ``cpu_quota``: the CFS limit this process sees itself under, or None
+    (``quota``, when given, stands in for it where this process cannot see its own).
 
     ``prefix_cold_ms``: the median wall time from the start of a pass to the end of each
     layer k, over ``cold_repeats`` timed passes that each start after an idle gap of
@@ -38,6 +42,9 @@ def profile_split_model(
     the cloud between inferences), and under a CPU quota it is not the sum of per-layer
     medians: a pass after an idle spell starts with a full budget and stalls where the
     budget runs out, which back-to-back passes place elsewhere.
+
+    ``handoff`` (under a CPU quota only, see :func:`handoff`): the stall that follows a
+    prefix when the process gives up the CPU to send, for a few prefixes.
     """
     import torch
 
@@ -63,12 +70,13 @@ def profile_split_model(
         for _ in range(max(0, full_repeats)):
             if sync:
                 sync()
-            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+            t0, c0 = clocks()
             sm.run_full(x)
             if sync:
                 sync()
-            walls.append((time.perf_counter_ns() - t0) / 1e6)
-            cpus.append((time.process_time_ns() - c0) / 1e6)
+            t1, c1 = clocks()
+            walls.append((t1 - t0) / 1e6)
+            cpus.append((c1 - c0) / 1e6)
     if walls:
         # CPU time is what a CPU quota is charged; a busy neighbour or a throttling
         # stall does not inflate it the way it inflates wall time
@@ -79,13 +87,17 @@ def profile_split_model(
             full_ms_max=max(walls),
             full_cpu_ms=statistics.median(cpus),
         )
-    quota = cpu_quota()
-    prof["cpu_quota"] = quota
+    seen = cpu_quota()
+    prof["cpu_quota"] = seen
+    quota = seen or quota
     if cold_repeats > 0:
         gap = cold_gap_ms if cold_gap_ms is not None else cold_gap_for(
             (quota or {}).get("period_ms"))
         prof.update(prefix_cold_ms=cold_prefix(sm, x, cold_repeats, gap / 1000.0, sync),
                     cold_gap_ms=gap, cold_repeats=cold_repeats)
+        if quota and not sync:
+            prof["handoff"] = handoff(sm, x, handoff_points(sm, prof, quota),
+                                      max(9, cold_repeats), gap / 1000.0)
     return prof
 
 
@@ -116,6 +128,71 @@ def cold_prefix(sm: Any, x: Any, repeats: int, gap_s: float, sync: Any = None) -
                 total += float(ms)
                 curves.setdefault(int(idx), []).append(total)
     return {str(k): statistics.median(v) for k, v in sorted(curves.items())}
+
+
+def handoff_points(sm: Any, prof: dict, quota: dict) -> list[int]:
+    """Valid cuts whose prefixes take about 0.5, 1, 1.5, 2, 3 and 5 times the quota's
+    budget in CPU time (from the layers' shares of ``full_cpu_ms``), and the last cut."""
+    mins = prof.get("layers_min") or {}
+    full_cpu = float(prof.get("full_cpu_ms") or 0.0)
+    shares = [float(mins.get(str(i), 0.0)) for i in range(1, sm.n + 1)]
+    total = sum(shares)
+    if total <= 0 or full_cpu <= 0:
+        return [sm.n]
+    cum, c = [0.0], 0.0
+    for v in shares:
+        c += v * full_cpu / total
+        cum.append(c)
+    valid = [k for k in sm.valid_splits() if k > 0]
+    points = {sm.n}
+    for f in (0.5, 1.0, 1.5, 2.0, 3.0, 5.0):
+        target = f * float(quota["quota_ms"])
+        if target < cum[-1]:
+            points.add(min(valid, key=lambda k: (abs(cum[k] - target), k)))
+    return sorted(points)
+
+
+def handoff(sm: Any, x: Any, points: list[int], repeats: int, gap_s: float) -> list[dict]:
+    """The stall a CPU quota adds when a prefix ends and the edge hands its tensors on.
+
+    Under CFS bandwidth control a process may run past the period's budget until the next
+    scheduler tick; the kernel collects that debt the next time it accounts the process's
+    time (a blocking send or receive, or a read of its CPU clock), by throttling it until a
+    later period. The per-layer times of a pass end before that, so a prefix that ran past
+    its budget costs more than its cold curve says, and the rest is paid at the hand-off.
+
+    For each cut k in ``points``: after an idle gap (as :func:`cold_prefix`), run layers
+    1..k, stamp the wall clock, read the CPU clock (which collects the debt) and stamp the
+    wall clock again. Returns ``[{"split", "cpu_ms", "stall_ms", "samples"}]``: the
+    prefix's median CPU time and the mean stall (the second stamp less the first). The
+    mean, because the stall is all or nothing (none, or until the next period: 0 or
+    6-8 ms at 0.25 core and 10 ms, in about equal shares) and its median flips.
+    Measured only under a quota: an unlimited process has no debt.
+    """
+    import random
+
+    import torch
+
+    rng = random.Random(1)
+
+    def one(k: int) -> tuple[float, float]:
+        time.sleep(gap_s * (1.0 + 0.5 * rng.random()))
+        _, c0 = clocks()
+        sm.run_prefix(k, x)
+        t1 = time.perf_counter_ns()
+        c1 = time.process_time_ns()
+        return (c1 - c0) / 1e6, (time.perf_counter_ns() - t1) / 1e6
+
+    out = []
+    with torch.inference_mode():
+        for k in points:
+            sm.run_prefix(k, x)  # the cut's code is made before it is timed
+            runs = [one(k) for _ in range(max(1, repeats))]
+            stalls = [s for _, s in runs]
+            out.append({"split": k, "cpu_ms": statistics.median(c for c, _ in runs),
+                        "stall_ms": statistics.fmean(stalls),
+                        "samples": [round(v, 3) for v in stalls]})
+    return out
 
 
 def cpu_quota() -> dict | None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.split.clock import clocks
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +224,10 @@ class ChainServer:
                 torch.cuda.synchronize(dev)
                 rec["decode_ms"] += (_ns() - d0) / 1e6
             with torch.inference_mode():
-                rec["t_start"], c0 = _ns(), time.process_time_ns()
+                rec["t_start"], c0 = clocks()
                 out, layers = run_range(sm, a, b, tensors, timed=True,
                                         last=rec["hop"] == route.k - 1)
-                rec["t_end"], c1 = _ns(), time.process_time_ns()
+                rec["t_end"], c1 = clocks()
             rec["compute_ms"] = (rec["t_end"] - rec["t_start"]) / 1e6
             rec["cpu_ms"] = (c1 - c0) / 1e6
             rec["layers"] = [[int(i), float(ms)] for i, ms in layers]
@@ -359,10 +360,10 @@ class ChainHead:
                                "queue": 0}
         c = Completed(iid, route, rec)
         with torch.inference_mode():
-            rec["t_start"], c0 = _ns(), time.process_time_ns()
+            rec["t_start"], c0 = clocks()
             out, layers = run_range(sm, 0, b, {sm.points[0].crossing[0]: x}, timed=True,
                                     last=route.k == 1)
-            rec["t_end"], c1 = _ns(), time.process_time_ns()
+            rec["t_end"], c1 = clocks()
         rec.update(compute_ms=(rec["t_end"] - rec["t_start"]) / 1e6, cpu_ms=(c1 - c0) / 1e6,
                    layers=[[int(i), float(ms)] for i, ms in layers])
         c.outputs = out  # crossing tensors, or the output when the head runs everything

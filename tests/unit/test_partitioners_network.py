@@ -256,3 +256,40 @@ def test_profile_records_a_cold_prefix_curve():
     assert (prof["cold_gap_ms"], prof["cold_repeats"]) == (1.0, 3)
     none = profile_split_model(sm, x, repeats=1, full_repeats=1, cold_repeats=0)
     assert "prefix_cold_ms" not in none
+
+
+def test_predicted_argmin_adds_the_hand_off_stall_to_prefixes_past_the_budget():
+    from experiment_design.partitioners.predicted import handoff_ms, prefix_cpu_of
+
+    # the cold curve alone makes split 3 the best (7 ms on the edge, 20 KB on the wire);
+    # the hand-off measured at start-up says a prefix past the 2.5 ms budget waits ~7.5 ms
+    # more when it gives up the CPU to send, and split 1 (1 ms of CPU) owes nothing
+    edge = {"layers": {"1": 2.0, "2": 40.0, "3": 2.0, "4": 20.0}, "full_ms": 80.0,
+            "layers_min": {"1": 1.0, "2": 2.0, "3": 2.0, "4": 15.0}, "full_cpu_ms": 20.0,
+            "prefix_cold_ms": {"1": 2.0, "2": 5.0, "3": 7.0, "4": 70.0}, "cold_gap_ms": 20.0,
+            "cpu_quota": {"quota_ms": 2.5, "period_ms": 10.0, "fraction": 0.25},
+            "handoff": [{"split": 1, "cpu_ms": 1.0, "stall_ms": 0.0},
+                        {"split": 3, "cpu_ms": 5.0, "stall_ms": 7.5},
+                        {"split": 4, "cpu_ms": 20.0, "stall_ms": 8.0}]}
+    assert prefix_cpu_of(edge, 4) == pytest.approx([0.0, 1.0, 3.0, 5.0, 20.0])
+    assert handoff_ms(edge, 0.0) == 0.0 and handoff_ms(edge, 1.0) == 0.0
+    assert handoff_ms(edge, 3.0) == pytest.approx(3.75)
+    assert handoff_ms(edge, 50.0) == pytest.approx(8.0)
+    assert handoff_ms({}, 5.0) == 0.0
+
+    def fast(profile):  # 64 MB/s: the 400 KB input crosses in 6.3 ms
+        ctx = _ctx(profile)
+        ctx.network = {"bandwidth_Bps": 64e6, "rtt_ms": 0.1}
+        return ctx
+
+    with_it = create_partitioner("predicted-argmin")
+    with_it.setup(fast(edge))
+    without = create_partitioner("predicted-argmin", handoff=False)
+    without.setup(fast(dict(edge)))
+    on, off = with_it.decision()["predicted_parts"], without.decision()["predicted_parts"]
+    assert on[3]["edge_handoff_ms"] == pytest.approx(7.5) and on[0]["edge_handoff_ms"] == 0.0
+    assert on[3]["edge_ms"] == pytest.approx(off[3]["edge_ms"] + 7.5)
+    assert on[3]["transfer_ms"] == off[3]["transfer_ms"]  # the wire is the wire
+    # without it split 3 looks fastest; with it, split 1 (a prefix inside the budget) is
+    assert without.decision()["chosen"] == 3 and with_it.decision()["chosen"] == 1
+    assert with_it.decision()["source"]["edge"]["throttle"]["handoff"] == edge["handoff"]
