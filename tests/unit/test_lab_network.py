@@ -18,8 +18,18 @@ def test_tbf_params_for_4MBps():
 
 def test_tbf_params_slow_link_keeps_whole_frames():
     p = tbf_params(10_000)  # 80 kbit/s: 2 ms would be 20 bytes, less than one frame
-    assert p["burst"] >= 4 * 1514
+    assert p["burst"] == 1514  # one full frame gets through, no more
     assert p["limit"] >= p["burst"] + 2 * 1514
+
+
+def test_tbf_bucket_credits_a_transfer_at_most_two_ms_above_one_frame():
+    # Regression: the bucket had a floor of four frames (6056 B), 6 ms at 1 MB/s, so on
+    # the lab's 1 MB/s link a 5 KB tensor crossed in 0.17 ms (5.4 ms of bytes) and every
+    # larger one ~6 ms early after an idle spell.
+    for rate in (1e6, 2e6, 4e6, 64e6):
+        burst = tbf_params(rate)["burst"]
+        assert burst / rate <= 0.002 + 1e-9 or burst == 1514, (rate, burst)
+    assert tbf_params(1e6)["burst"] == 2_000
 
 
 def test_tbf_params_scale_with_rate():
