@@ -10,7 +10,7 @@ import statistics
 import time
 from typing import Any
 
-from experiment_design.split.clock import clocks
+from experiment_design.runtime.clocks import clocks
 
 
 def profile_split_model(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiment_design.errors import TracrError
-from experiment_design.split.clock import clocks
+from experiment_design.runtime.clocks import clocks
 
 log = logging.getLogger(__name__)
 
