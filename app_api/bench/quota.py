@@ -28,11 +28,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
-
-from experiment_design.errors import TracrError
 
 _CHILD = r"""
 import json, random, sys, time
@@ -84,21 +80,10 @@ def _spread(xs: list[float]) -> dict:
 
 
 def _case(layers: int, repeats: int, gap_ms: float, cpu: int, cgroup_dir: Path | None) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    cmd = [sys.executable, "-c", _CHILD, str(layers), str(repeats), str(gap_ms)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        os.sched_setaffinity(proc.pid, {cpu})
-        if cgroup_dir is not None:
-            (cgroup_dir / "cgroup.procs").write_text(str(proc.pid))
-        out, err = proc.communicate("go\n", timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != 0:
-        raise TracrError(f"the benchmark's worker failed: {err.strip()[-400:]}")
+    from app_api.lab import cgroup
+
+    out = cgroup.run_pinned(_CHILD, [str(layers), str(repeats), str(gap_ms)], cpu, cgroup_dir,
+                            what="benchmark's worker")
     rows = json.loads(out.strip().splitlines()[-1])
     wall, cpu_ms = [r[0] for r in rows], [r[1] for r in rows]
     return {"wall": _spread(wall), "cpu": _spread(cpu_ms),

@@ -191,3 +191,27 @@ def measure_share(path: Path, ns: str | None = None, seconds: float = 1.0) -> fl
         return float(out.strip().splitlines()[-1])
     except (ValueError, IndexError) as exc:
         raise TracrError(f"the CPU quota check in {path} printed nothing useful") from exc
+
+
+def run_pinned(code: str, args: list[str], cpu: int, cgroup_dir: Path | None = None,
+               timeout: float = 600.0, what: str = "worker") -> str:
+    """Run ``python -c code args`` pinned to ``cpu`` and, given ``cgroup_dir``, inside that
+    cgroup; the child waits for a line on stdin, so it starts its work only once it is in
+    place. Returns its stdout; a failure raises with the end of its stderr."""
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        os.sched_setaffinity(proc.pid, {cpu})
+        if cgroup_dir is not None:
+            (cgroup_dir / "cgroup.procs").write_text(str(proc.pid))
+        out, err = proc.communicate("go\n", timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        raise TracrError(f"the {what} failed: {err.strip()[-400:]}")
+    return out

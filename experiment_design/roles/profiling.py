@@ -133,16 +133,11 @@ def cold_prefix(sm: Any, x: Any, repeats: int, gap_s: float, sync: Any = None) -
 def handoff_points(sm: Any, prof: dict, quota: dict) -> list[int]:
     """Valid cuts whose prefixes take about 0.5, 1, 1.5, 2, 3 and 5 times the quota's
     budget in CPU time (from the layers' shares of ``full_cpu_ms``), and the last cut."""
-    mins = prof.get("layers_min") or {}
-    full_cpu = float(prof.get("full_cpu_ms") or 0.0)
-    shares = [float(mins.get(str(i), 0.0)) for i in range(1, sm.n + 1)]
-    total = sum(shares)
-    if total <= 0 or full_cpu <= 0:
+    from experiment_design.partitioners.predicted import prefix_cpu_of
+
+    cum = prefix_cpu_of(prof, sm.n)
+    if cum is None:
         return [sm.n]
-    cum, c = [0.0], 0.0
-    for v in shares:
-        c += v * full_cpu / total
-        cum.append(c)
     valid = [k for k in sm.valid_splits() if k > 0]
     points = {sm.n}
     for f in (0.5, 1.0, 1.5, 2.0, 3.0, 5.0):

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from app_api.lab import cgroup
-
-REPO = Path(__file__).resolve().parents[2]
 
 _CHILD = r"""
 import json, sys, time, types
@@ -51,18 +46,7 @@ print(json.dumps({"computes": rows, "handoff": handoff(sm, x, [1, sm.n], 15, 0.0
 def _run_in_quota() -> dict:
     path = cgroup.create(f"tracr-test-debt-{os.getpid()}", 0.25, 10_000)
     try:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, PYTHONPATH=str(REPO)))
-        try:
-            os.sched_setaffinity(proc.pid, {max(os.sched_getaffinity(0))})
-            (path / "cgroup.procs").write_text(str(proc.pid))
-            out, err = proc.communicate("go\n", timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 0, err[-2000:]
+        out = cgroup.run_pinned(_CHILD, [], max(os.sched_getaffinity(0)), path, timeout=300)
         return json.loads(out.strip().splitlines()[-1])
     finally:
         cgroup.remove(path)
