@@ -45,7 +45,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="MS",
         help="CFS period of the CPU quotas in ms (default 10, longer for a quota under 0.1 "
         "core, whose 1 ms minimum quota needs it: a quota'd host runs evenly slower; a long "
-        "period such as 100 runs at full speed, then stalls)",
+        "period such as 100 runs at full speed, then stalls); with --cpu-mode duty, how often "
+        "the pacer checks each host's CPU time (default 1)",
+    )
+    up.add_argument(
+        "--cpu-mode",
+        choices=("quota", "duty"),
+        default="quota",
+        help="how a --cpu-quota slows a host: 'quota' (default) caps its CPU time per CFS "
+        "period, so a host that idled runs its next burst at full speed; 'duty' has the "
+        "lab's pacer stop it whenever it is ahead of its fraction of CPU time (checked every "
+        "1 ms, nothing saved up while idle), so every pass is evenly slower, as on a "
+        "slower device",
     )
     up.add_argument(
         "--no-pin",
@@ -100,6 +111,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         delay_ms=args.delay,
         cpu_quota=args.cpu_quota,
         cpu_period_ms=args.cpu_period_ms,
+        cpu_mode=args.cpu_mode,
         pin=not args.no_pin,
         verify=not args.no_verify,
         say=_say(args),
@@ -178,10 +190,16 @@ def _print_status(state: dict) -> None:
             "[green]yes[/]" if h.get("alive") else "[red]no[/]",
             ",".join(map(str, h["cpus"])) if h.get("cpus") else "all",
             "-" if quota is None
-            else f"{quota:g} core / {h.get('cpu_period_us', 100_000) / 1000:g} ms",
+            else f"{quota:g} core / {h.get('cpu_period_us', 100_000) / 1000:g} ms"
+            + (" paced" if h.get("cpu_mode") == "duty" else ""),
             "-" if measured is None else f"{measured:.3f} core",
         )
     console.print(hosts)
+    pace = state.get("pacer")
+    if pace:
+        console.print(f"pacer pid {pace.get('pid')}: "
+                      + ("[green]running[/]" if pace.get("alive", True) else "[red]not running[/]")
+                      + f", {pace.get('period_us', 0) / 1000:g} ms tick")
     shaping = state.get("shaping") or {}
     m = state.get("measured") or {}
     link = Table(title="link (each host's egress)")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from app_api import fsutil
 from app_api.devices.registry import known_hosts_path
-from app_api.lab import cgroup, network, sshd
+from app_api.lab import cgroup, network, pacer, sshd
 from app_api.lab import state as lab_state
 from app_api.lab.lock import WAIT_S, link_lock
 from app_api.lab.probe import measure_link
@@ -82,6 +82,7 @@ def up(
     cpu_quota: list[str] | dict | None = None,
     cpu_period_ms: float | None = None,
     *,
+    cpu_mode: str = "quota",
     pin: bool = True,
     verify: bool = True,
     say=lambda msg: None,
@@ -93,6 +94,11 @@ def up(
     and evict each other's caches, and a quota'd edge's prefix cost up to 1.4x the CPU
     time it cost pinned.
 
+    ``cpu_mode``: ``quota`` (a CFS quota per host: a host that idled runs its next burst at
+    full speed) or ``duty`` (the lab's pacer holds each quota'd host to its fraction of CPU
+    time, checked every ``cpu_period_ms`` (1 ms by default) with no saving up, so it is
+    evenly slow; see ``app_api.lab.pacer``).
+
     Returns the state dict (also written to ``$TRACR_CONFIG_DIR/lab/state.json``). On any
     failure everything created so far is removed again before the error propagates.
     """
@@ -100,9 +106,18 @@ def up(
     if not 1 <= int(hosts) <= network.MAX_HOSTS:
         raise TracrError(f"--hosts must be between 1 and {network.MAX_HOSTS}, not {hosts}")
     rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
+    if cpu_mode not in CPU_MODES:
+        raise TracrError(f"--cpu-mode must be one of {', '.join(CPU_MODES)}, not {cpu_mode!r}")
+    duty = None
+    if cpu_mode == "duty":
+        # the pacer's tick; the cgroups then only cap a host at one core (or its quota)
+        duty = pacer_period_us(cpu_period_ms)
+        cpu_period_ms = None
     # the CFS period asked for (range-checked; None: each host's default)
     period = None if cpu_period_ms is None else cgroup.period_us(cpu_period_ms)
     quotas = parse_quotas(cpu_quota, int(hosts), period)
+    if duty and not quotas:
+        raise TracrError("--cpu-mode duty paces the hosts given a --cpu-quota; none was given")
     if quotas:
         cgroup.cgroup_path(
             "tracr-lab-probe"
@@ -121,7 +136,7 @@ def up(
     )
     save_state(state)
     try:
-        _build(state, int(hosts), quotas, say, period, pin)
+        _build(state, int(hosts), quotas, say, period, pin, duty)
         _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
         state["complete"] = True
         save_state(state)
@@ -151,7 +166,7 @@ def _refuse_if_up() -> None:
 
 def _build(
     state: dict, n: int, quotas: dict[str, float], say, period: int | None = None,
-    pin: bool = True,
+    pin: bool = True, duty: int | None = None,
 ) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     state["pinned"] = bool(pin) and n <= len(cpus)
@@ -190,12 +205,16 @@ def _build(
         config = sshd.write_config(host_dir, names["address"], host_key, authorized)
         h.update(dir=str(host_dir), host_key=str(host_key), sshd_config=str(config))
         if names["name"] in quotas:
-            path = cgroup.create(names["ns"], quotas[names["name"]], period)
+            fraction = quotas[names["name"]]
+            # paced, the cgroup caps the host at one core (a device's one CPU), the pacer
+            # at its fraction of CPU time
+            path = cgroup.create(names["ns"], max(1.0, fraction) if duty else fraction, period)
             h.update(
                 cgroup=str(path),
-                cpu_quota=quotas[names["name"]],
-                cpu_period_us=cgroup.read_period_us(path)
-                or cgroup.host_period_us(quotas[names["name"]], period),
+                cpu_quota=fraction,
+                cpu_mode="duty" if duty else "quota",
+                cpu_period_us=duty or cgroup.read_period_us(path)
+                or cgroup.host_period_us(fraction, period),
             )
             save_state(state)
         pid = sshd.start_sshd(names["ns"], config, host_dir / "sshd.log")
@@ -219,16 +238,68 @@ def _build(
     save_state(state)
     state["registry"] = register_hosts(state)
     save_state(state)
+    if duty:
+        _start_pacer(state, duty, say)
 
     for h in state["hosts"]:
         if h.get("cgroup"):
             share = cgroup.measure_share(Path(h["cgroup"]), h["ns"], seconds=1.0)
             h["cpu_measured"] = round(share, 3)
             say(
-                f"{h['name']}: cpu quota {h['cpu_quota']:g} core per "
-                f"{h['cpu_period_us'] / 1000:g} ms period, busy loop got {share:.3f}"
+                f"{h['name']}: cpu {'paced at' if duty else 'quota'} {h['cpu_quota']:g} core "
+                f"per {h['cpu_period_us'] / 1000:g} ms {'tick' if duty else 'period'}, "
+                f"busy loop got {share:.3f}"
             )
     save_state(state)
+
+
+CPU_MODES = ("quota", "duty")
+
+
+def pacer_period_us(period_ms: float | None) -> int:
+    """The pacer's tick in us (None: the default 1 ms), range-checked."""
+    if period_ms is None:
+        return pacer.DEFAULT_PERIOD_US
+    us = int(round(float(period_ms) * 1000))
+    if not pacer.MIN_PERIOD_US <= us <= pacer.MAX_PERIOD_US:
+        raise TracrError(
+            f"--cpu-period-ms for --cpu-mode duty must be between "
+            f"{pacer.MIN_PERIOD_US / 1000:g} and {pacer.MAX_PERIOD_US / 1000:g} ms, not {period_ms}")
+    return us
+
+
+def _start_pacer(state: dict, period: int, say) -> None:
+    paced = [(h["cgroup"], float(h["cpu_quota"])) for h in state["hosts"] if h.get("cgroup")]
+    log_path = lab_state.lab_dir() / "pacer.log"
+    pid = pacer.start(paced, period, lab_state.state_path(), log_path)
+    state["pacer"] = {"pid": pid, "period_us": period, "log": str(log_path)}
+    save_state(state)
+    deadline = time.monotonic() + 5.0
+    while not pacer.is_ours(pid, lab_state.state_path()):
+        if time.monotonic() > deadline or not pid_alive(pid):
+            raise TracrError(f"the lab's CPU pacer exited at start-up; see {log_path}")
+        time.sleep(0.02)
+    say(f"pacer pid {pid}: " + ", ".join(f"{h['name']} at {h['cpu_quota']:g} core"
+                                         for h in state["hosts"] if h.get("cgroup"))
+        + f" of CPU time, checked every {period / 1000:g} ms")
+
+
+def _stop_pacers(state: dict) -> list[int]:
+    """Stop the lab's pacer(s) and continue every process it may have left stopped."""
+    alive = lab_state.state_path()
+    pids = set(pacer.find(alive))
+    pid = (state.get("pacer") or {}).get("pid")
+    if pacer.is_ours(pid, alive):
+        pids.add(pid)
+    stopped = [p for p in sorted(pids) if pacer.stop(p)]
+    paced = set()
+    for h in state["hosts"]:
+        if h.get("ns"):
+            paced.update(network.ns_pids(h["ns"]))
+    for ns in network.list_namespaces():
+        paced.update(network.ns_pids(ns))
+    pacer.continue_pids(sorted(paced))
+    return stopped
 
 
 def _apply(state: dict, bandwidth, rate, delay_ms, plan, verify: bool, say) -> None:
@@ -334,6 +405,7 @@ def link_report() -> dict:
             h["name"]: {
                 "quota": h.get("cpu_quota"),
                 "measured": h.get("cpu_measured"),
+                "mode": h.get("cpu_mode", "quota"),
                 # labs brought up before the period was recorded used the old 100 ms default
                 "period_us": h.get("cpu_period_us", 100_000),
             }
@@ -353,6 +425,8 @@ def status() -> dict | None:
     for h in state["hosts"]:
         h["alive"] = pid_alive(h.get("sshd_pid")) and h.get("ns") in present
         h["ns_present"] = h.get("ns") in present
+    if state.get("pacer"):
+        state["pacer"]["alive"] = pacer.is_ours(state["pacer"].get("pid"), lab_state.state_path())
     return state
 
 
@@ -385,6 +459,7 @@ def down(*, say=lambda msg: None) -> dict:
         for k in ("processes", "namespaces", "links", "cgroups", "registry", "known_hosts", "files")
     }
 
+    removed["processes"].extend(_stop_pacers(state))
     namespaces = {h["ns"] for h in state["hosts"] if h.get("ns")} | set(network.list_namespaces())
     for h in state["hosts"]:
         pid = h.get("sshd_pid")

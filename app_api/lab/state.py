@@ -244,6 +244,11 @@ def validate_state(state: dict, known_hosts: Path) -> list[str]:
         pid = h.get("sshd_pid")
         if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1):
             bad(f"hosts[{i}].sshd_pid", pid)
+    pace = state.get("pacer")
+    if pace is not None:
+        pid = pace.get("pid") if isinstance(pace, dict) else pace
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
+            bad("pacer.pid", pid)
     registry = state.get("registry") or []
     if not isinstance(registry, list):
         bad("registry", registry)

@@ -174,7 +174,7 @@ def _cpu_quota(report: dict, device: str) -> dict | None:
         return None
     period_ms = float(cpu.get("period_us") or PERIOD_US) / 1000
     out = {"quota_ms": float(quota) * period_ms, "period_ms": period_ms,
-           "fraction": float(quota), "source": "lab"}
+           "fraction": float(quota), "source": "lab", "mode": cpu.get("mode") or "quota"}
     if cpu.get("measured"):
         out["measured"] = float(cpu["measured"])
     return out

@@ -45,6 +45,9 @@ def profile_split_model(
 
     ``handoff`` (under a CPU quota only, see :func:`handoff`): the stall that follows a
     prefix when the process gives up the CPU to send, for a few prefixes.
+
+    ``layers_cpu`` (under a CPU quota or the lab's pacer, on a CPU): the median CPU ms of
+    each layer over ``repeats`` passes timed with the process's CPU clock.
     """
     import torch
 
@@ -90,6 +93,17 @@ def profile_split_model(
     seen = cpu_quota()
     prof["cpu_quota"] = seen
     quota = seen or quota
+    if quota and not sync:
+        # the work's shape on a host whose wall time a quota or the lab's pacer stretches:
+        # each layer's CPU time (its wall time has the stalls and stops in it, which the
+        # fastest run cannot take out of a layer longer than the pacer's slice)
+        with torch.inference_mode():
+            cpu_runs = [sm.run_full(x, timed="cpu")[1] for _ in range(max(1, repeats))]
+        cpu_per: dict[int, list[float]] = {}
+        for one in cpu_runs:
+            for idx, ms in one:
+                cpu_per.setdefault(int(idx), []).append(float(ms))
+        prof["layers_cpu"] = {str(k): statistics.median(v) for k, v in sorted(cpu_per.items())}
     if cold_repeats > 0:
         gap = cold_gap_ms if cold_gap_ms is not None else cold_gap_for(
             (quota or {}).get("period_ms"))

@@ -57,7 +57,7 @@ class SplitEngine(Protocol):
         made before a are the received objects themselves), and per-layer ms if timed."""
         ...
 
-    def run_full(self, x: Tensor, timed: bool = False) -> tuple[Any, Timings]:
+    def run_full(self, x: Tensor, timed: bool | str = False) -> tuple[Any, Timings]:
         """Layers 1..n: the output, and per-layer ms if timed."""
         ...
 

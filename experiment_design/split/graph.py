@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, fx, nn
 
 from experiment_design.errors import TracrError
-from experiment_design.split.clock import cpu_clock, cuda_clock, ticks_to_ms
+from experiment_design.split.clock import layer_clock, ticks_to_ms
 from experiment_design.split.outputs import (
     crosses,
     crossing_nbytes,
@@ -334,7 +334,7 @@ class GraphEngine:
     def prepare(self, side: str, splits: list[Piece], timed: bool, cuda: bool) -> int:
         """Generate and compile ``side`` at every cut (every (a, b) pair for "segment")
         in ``splits`` now, not at first use."""
-        clock = (cuda_clock if cuda else cpu_clock) if timed else None
+        clock = layer_clock(timed, cuda)
         for k in splits:
             self._module(k, side, clock)
         return len(splits)
@@ -367,7 +367,7 @@ class GraphEngine:
     # ---- execution --------------------------------------------------------
     def run_prefix(self, k: int, x: Tensor, timed: bool = False):
         """Crossing values of cut k and, if timed, per-layer ms of layers 1..k."""
-        clock = (cuda_clock if on_cuda(x) else cpu_clock) if timed else None
+        clock = layer_clock(timed, on_cuda(x))
         out = self._module(k, "prefix", clock)(x)
         if clock is None:
             return self._pack(k, out), []
@@ -377,7 +377,7 @@ class GraphEngine:
     def run_suffix(self, k: int, crossing: dict[str, Any], timed: bool = False):
         """Model output from the crossing values; per-layer ms of layers k+1..n if timed."""
         args = self._unpack(k, crossing)
-        clock = (cuda_clock if on_cuda(args) else cpu_clock) if timed else None
+        clock = layer_clock(timed, on_cuda(args))
         out = self._module(k, "suffix", clock)(*args)
         if clock is None:
             return out, []
@@ -390,18 +390,18 @@ class GraphEngine:
         Values of cut b made before a are the very objects received.
         """
         args = self._unpack(a, crossing)
-        clock = (cuda_clock if on_cuda(args) else cpu_clock) if timed else None
+        clock = layer_clock(timed, on_cuda(args))
         out = self._module((a, b), "segment", clock)(*args)
         if clock is None:
             return self._pack(b, out), []
         vals, ticks = out
         return self._pack(b, vals), ticks_to_ms(a + 1, ticks)
 
-    def run_full(self, x: Tensor, timed: bool = False):
-        """The whole model through the engine."""
+    def run_full(self, x: Tensor, timed: bool | str = False):
+        """The whole model through the engine (``timed="cpu"``: per-layer CPU ms)."""
         if not timed:
             return self.gm(x), []
-        result, ticks = self._module(self.n, "full", cuda_clock if on_cuda(x) else cpu_clock)(x)
+        result, ticks = self._module(self.n, "full", layer_clock(timed, on_cuda(x)))(x)
         return result, ticks_to_ms(1, ticks)
 
     def to(self, device: torch.device) -> None:

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from experiment_design.errors import TracrError
-from experiment_design.split.clock import cpu_clock, cuda_clock
+from experiment_design.split.clock import layer_clock
 from experiment_design.split.graph import check_depth
 from experiment_design.split.outputs import (
     crosses,
@@ -290,7 +290,7 @@ class HookEngine:
                 if timed:
                     # timing hooks first: hooks run in registration order and unit b's
                     # keep-hook ends the pass
-                    clock = cuda_clock if on_cuda(x) else cpu_clock
+                    clock = layer_clock(True, on_cuda(x))
                     handles = self._timing_hooks(a + 1, b, clock, times)
                 for i in range(a + 1, b + 1):
 
@@ -323,7 +323,7 @@ class HookEngine:
         with self._stubbed(k, crossing) as x:
             handles = []
             if timed:
-                clock = cuda_clock if on_cuda(x) else cpu_clock
+                clock = layer_clock(True, on_cuda(x))
                 handles = self._timing_hooks(k + 1, self.n, clock, times)
             try:
                 with torch.no_grad():
@@ -382,12 +382,12 @@ class HookEngine:
             for m in stubbed:
                 del m.forward
 
-    def run_full(self, x: Tensor, timed: bool = False):
-        """The whole model, with per-unit timing hooks if timed."""
+    def run_full(self, x: Tensor, timed: bool | str = False):
+        """The whole model, with per-unit timing hooks if timed (``"cpu"``: CPU ms)."""
         times: list[tuple[int, float]] = []
         handles = []
         if timed:
-            handles = self._timing_hooks(1, self.n, cuda_clock if on_cuda(x) else cpu_clock, times)
+            handles = self._timing_hooks(1, self.n, layer_clock(timed, on_cuda(x)), times)
         try:
             with torch.no_grad():
                 out = self.model(x)

@@ -237,8 +237,10 @@ class SplitModel:
         before = set(self.points[a].crossing)
         return tuple(name for name in self.points[b].crossing if name in before)
 
-    def run_full(self, x: Tensor, *, timed: bool = False) -> tuple[Any, list[tuple[int, float]]]:
-        """Run the whole model through the engine (per-layer ms of 1..n if timed)."""
+    def run_full(self, x: Tensor, *, timed: bool | str = False
+                 ) -> tuple[Any, list[tuple[int, float]]]:
+        """Run the whole model through the engine (per-layer ms of 1..n if timed; with
+        ``timed="cpu"`` the process's CPU ms per layer, on a CPU device)."""
         with torch.no_grad():
             return self.engine.run_full(x, timed)
 

@@ -175,10 +175,11 @@ def test_link_report_and_edge_profile_carry_the_period(cfg):
     state.host_entry(st, "lab-2").update(ns="tracr-lab-2")
     state.save_state(st)
     cpu = link_report()["cpu"]
-    assert cpu == {"lab-1": {"quota": 0.25, "measured": 0.247, "period_us": 20_000}}
+    assert cpu == {"lab-1": {"quota": 0.25, "measured": 0.247, "period_us": 20_000,
+                             "mode": "quota"}}
     prof = _with_quota({"layers": {}}, _lab_quota("lab-1"))
     assert prof["cpu_quota"] == {"quota_ms": 5.0, "period_ms": 20.0, "fraction": 0.25,
-                                 "source": "lab", "measured": 0.247}
+                                 "source": "lab", "measured": 0.247, "mode": "quota"}
     assert "cpu_quota" not in _with_quota({"layers": {}}, _lab_quota("lab-2"))
     # a participant that read its own quota keeps it
     own = {"quota_ms": 50.0, "period_ms": 100.0, "fraction": 0.5}

@@ -258,6 +258,31 @@ def test_profile_records_a_cold_prefix_curve():
     assert "prefix_cold_ms" not in none
 
 
+def test_under_a_quota_the_profile_times_each_layers_cpu_time():
+    import time
+
+    import torch
+
+    from experiment_design.roles.profiling import profile_split_model
+    from experiment_design.split import build_split_model
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 64, 64)
+    quota = {"quota_ms": 1.2, "period_ms": 2.0, "fraction": 0.6, "source": "lab", "mode": "duty"}
+    for mode in ("graph", "hooks"):
+        sm = build_split_model("alexnet", seed=0, input_shape=(3, 64, 64), mode=mode)
+        c0 = time.process_time()
+        prof = profile_split_model(sm, x, repeats=3, full_repeats=2, cold_repeats=0, quota=quota)
+        spent = (time.process_time() - c0) * 1e3
+        cpu = prof["layers_cpu"]
+        assert sorted(map(int, cpu)) == list(range(1, sm.n + 1))
+        assert all(v >= 0 for v in cpu.values())
+        # a pass's layers add up to about its CPU time (and less than all the profiling)
+        assert 0.5 * prof["full_cpu_ms"] < sum(cpu.values()) < spent
+        assert "layers_cpu" not in profile_split_model(sm, x, repeats=1, full_repeats=1,
+                                                       cold_repeats=0)
+
+
 def test_predicted_argmin_adds_the_hand_off_stall_to_prefixes_past_the_budget():
     from experiment_design.partitioners.predicted import handoff_ms, prefix_cpu_of
 

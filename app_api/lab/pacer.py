@@ -1,0 +1,347 @@
+"""CPU pacing of lab hosts (``tracr lab up --cpu-mode duty``).
+
+A CFS quota caps a host's CPU time per period, but a host that idled starts its next
+burst with the whole period's budget, and the kernel enforces the budget only at its tick
+(4 ms at HZ=250): a lone pass runs at full speed and a busy host at its quota. Measured
+here (a busy loop of C ms of CPU after a 5-25 ms idle gap, wall / C x fraction, 1 = a
+CPU that slow; `tests/integration/test_lab_pacer.py` repeats it): under 0.6 core at a
+10 ms period 0.60 for C up to 2 ms and 0.63 for 7 ms (full speed), 0.81 for 20 ms; at
+0.25 core 0.25 up to 2 ms. A device that slow runs every pass slower, whatever it did
+before, and that is what the pacer emulates.
+
+Every tick (1 ms by default) the pacer reads the CPU clock of each paced process and
+keeps a credit per host: it grows by the host's fraction of the tick, shrinks by the CPU
+time the host used, and is capped at one tick's worth, so an idle host cannot save up a
+burst. A host whose credit is spent is stopped (SIGSTOP to each of its threads) until the
+credit is back, so it gets its fraction of CPU time at a tick's granularity, busy or not;
+time a host waits for a CPU is not charged to it. The kernel adds a running thread's time
+to its process's clock only at a context switch or its own tick, so a thread of the
+pacer on every CPU wakes just before each tick and its real-time wake-up makes that
+context switch. Measured with the same bursts (1 ms tick): 0.67 for 2 ms, 0.88 for
+7 ms, 0.94-0.96 for 20 ms, at 0.25 and at 0.6 core, and a busy loop gets 0.60 of a core
+under 0.6 (0.25 under 0.25). The pacer is one process per lab (started by ``lab up``, stopped by ``lab
+down``), at a real-time priority so its ticks keep time. It paces every process in a
+host's cgroup except sshd (its listener and sessions carry the control channel; paced,
+new ssh connections were closed at once). On SIGTERM, SIGINT or SIGHUP, on any error,
+and when the lab's state file or a host's cgroup disappears, it continues every process
+it paces before it exits; ``lab down`` continues them again after stopping it, so no host
+is left stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from app_api.lab.system import pid_alive
+
+DEFAULT_PERIOD_US = 1_000  # the tick
+MIN_PERIOD_US = 200  # a shorter tick is mostly the pacer's own wake-ups
+MAX_PERIOD_US = 10_000
+_SKIP = ("sshd",)  # process names never paced (see the module's docstring)
+_CHECK_S = 1.0  # how often the pacer checks that its lab still exists
+_LEAD_S = 30e-6  # the tickers wake this much before the pacer reads the clocks
+_RECHECK_S = 0.02  # how long a process found to be sshd is taken to stay sshd
+
+
+def step(credit: float, fraction: float, dt: float, used: float, depth: float) -> float:
+    """A host's credit after ``dt`` of wall time in which it used ``used`` of CPU time:
+    it earns ``fraction`` of the wall time and is capped at ``depth`` (no saving up)."""
+    return min(depth, credit + fraction * dt - used)
+
+
+def cpu_clock_id(pid: int) -> int:
+    """The clock id of process ``pid``'s CPU time (all its threads), for clock_gettime."""
+    return ((~int(pid)) << 3) | 2  # CPUCLOCK_SCHED, process-wide
+
+
+def _tgkill():
+    """libc's tgkill (thread-directed signals to another process), or None."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).tgkill
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+class _Hosts:
+    """The processes of each paced host's cgroup, sshd left out. A process found paced
+    stays paced; one found to be sshd is looked at again after ``_RECHECK_S``, since an
+    sshd child becomes the session's command when it execs (same PID, new name).
+
+    A stop goes to every thread of a process, not to the process: the kernel hands a
+    process-directed SIGSTOP to one thread, often a sleeping one, and the stop waits until
+    that thread is scheduled; on a host pinned to one CPU the computing thread kept the
+    CPU until the next tick and the next slice's SIGCONT cancelled the stop (a torch pass
+    on a worker thread ran at 0.44 of a core under a 0.25 pacer, 0.25 on the main thread).
+    The running thread, signalled itself, stops at once."""
+
+    def __init__(self, procs_files: list[Path]):
+        self.files = procs_files
+        self._seen: dict[int, tuple[bool, float]] = {}
+        self._tids: dict[int, tuple[list[int], float]] = {}
+        self._tgkill = _tgkill()
+
+    def _is_paced(self, pid: int, now: float) -> bool:
+        known = self._seen.get(pid)
+        if known is not None and (known[0] or now - known[1] < _RECHECK_S):
+            return known[0]
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                paced = not fh.read().startswith(_SKIP)
+        except OSError:
+            paced = False
+        if len(self._seen) > 4096:
+            self._seen.clear()
+        self._seen[pid] = (paced, now)
+        return paced
+
+    def _threads(self, pid: int, now: float) -> list[int]:
+        known = self._tids.get(pid)
+        if known is not None and now - known[1] < _RECHECK_S:
+            return known[0]
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            tids = []
+        if len(self._tids) > 4096:
+            self._tids.clear()
+        self._tids[pid] = (tids, now)
+        return tids
+
+    def used(self, pids: list[int], last: dict[int, int]) -> float:
+        """CPU seconds the processes ``pids`` used since the last call (``last``: each
+        PID's previous reading, updated; a process seen for the first time counts 0)."""
+        total = 0
+        seen = {}
+        for pid in pids:
+            try:
+                now = time.clock_gettime_ns(cpu_clock_id(pid))
+            except OSError:  # gone
+                continue
+            total += now - last.get(pid, now)
+            seen[pid] = now
+        last.clear()
+        last.update(seen)
+        return total / 1e9
+
+    def send(self, pids: list[int], sig: int) -> None:
+        now = time.monotonic()
+        for pid in pids:
+            if sig == signal.SIGSTOP and self._tgkill is not None:
+                for tid in self._threads(pid, now):
+                    self._tgkill(pid, tid, sig)  # a thread gone by now: ESRCH, ignored
+                continue
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def pids(self, i: int) -> list[int]:
+        now = time.monotonic()
+        with open(self.files[i]) as fh:
+            return [p for p in map(int, fh.read().split()) if self._is_paced(p, now)]
+
+    def signal(self, i: int, sig: int) -> None:
+        self.send(self.pids(i), sig)
+
+    def continue_all(self) -> None:
+        for i in range(len(self.files)):
+            try:
+                self.signal(i, signal.SIGCONT)
+            except OSError:
+                pass
+
+
+def _ticker(cpu: int, start: float, tick: float, stop: list) -> None:
+    """Wake on ``cpu`` just before each of the pacer's ticks. A real-time wake-up preempts
+    the thread running there, and that context switch brings the thread's CPU time up to
+    date: the kernel adds a running thread's time to its process's clock only at its own
+    tick (4 ms at HZ=250) or a context switch, and read from outside, the clock of a host
+    computing on the other CPU showed 0 ms for several 0.5 ms ticks, then 1-4 ms at once
+    (which held a 0.6 host to 0.42 of a core)."""
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        return
+    nxt = start
+    while not stop:
+        nxt += tick
+        delay = nxt - _LEAD_S - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        elif delay < -tick:  # far behind: skip ahead
+            nxt += tick * int(-delay / tick)
+
+
+def run(procs_files: list[Path], fractions: list[float], period_us: int,
+        alive: Path | None = None) -> None:
+    """Pace the hosts until a signal, an error, or ``alive`` (a file) disappearing."""
+    hosts = _Hosts(procs_files)
+    stop = []
+
+    def on_signal(signum, _frame):
+        stop.append(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+    except (OSError, AttributeError):
+        try:
+            os.nice(-20)
+        except OSError:
+            pass
+    tick = period_us / 1e6
+    cpus = sorted(os.sched_getaffinity(0))
+    start = time.perf_counter()
+    for cpu in cpus[1:]:
+        threading.Thread(target=_ticker, args=(cpu, start, tick, stop), daemon=True).start()
+    try:
+        os.sched_setaffinity(0, {cpus[0]})  # this thread only (Linux)
+    except OSError:
+        pass
+    paced = [i for i, f in enumerate(fractions) if f < 1.0]
+    credit = {i: 0.0 for i in paced}
+    stopped = {i: False for i in paced}
+    known: dict[int, set[int]] = {i: set() for i in paced}
+    last: dict[int, dict[int, int]] = {i: {} for i in paced}
+    try:
+        if not paced:
+            while not stop:
+                time.sleep(_CHECK_S)
+            return
+        prev = time.perf_counter()
+        check = prev + _CHECK_S
+        nxt = start + tick
+        while not stop:
+            delay = nxt - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            now = time.perf_counter()
+            dt, prev = now - prev, now
+            nxt += tick
+            if nxt < now:  # behind (the machine was busy): skip the missed ticks
+                nxt += tick * (int((now - nxt) / tick) + 1)
+            for i in paced:
+                pids = hosts.pids(i)
+                new = [p for p in pids if p not in known[i]]
+                known[i] = set(pids)
+                used = hosts.used(pids, last[i])
+                credit[i] = step(credit[i], fractions[i], dt, used, fractions[i] * tick)
+                if credit[i] < 0 and not stopped[i]:
+                    hosts.send(pids, signal.SIGSTOP)
+                    stopped[i] = True
+                elif credit[i] >= 0 and stopped[i]:
+                    hosts.send(pids, signal.SIGCONT)
+                    stopped[i] = False
+                elif stopped[i] and new:
+                    hosts.send(new, signal.SIGSTOP)  # started while its host is stopped
+            if now >= check:
+                check = now + _CHECK_S
+                if (alive is not None and not alive.exists()) or not all(
+                        f.exists() for f in procs_files):
+                    return
+    finally:
+        hosts.continue_all()
+
+
+_ENTRY = "import sys; from app_api.lab.pacer import main; sys.exit(main(sys.argv[1:]))"
+
+
+def command(hosts: list[tuple[str, float]], period_us: int, alive: Path) -> list[str]:
+    """The pacer's command line: ``hosts`` are (cgroup directory, fraction)."""
+    return [sys.executable, "-c", _ENTRY, "--period-us", str(int(period_us)),
+            "--alive", str(alive), *[f"{f:g}={d}" for d, f in hosts]]
+
+
+def start(hosts: list[tuple[str, float]], period_us: int, alive: Path, log_path: Path) -> int:
+    """Start the pacer in its own session (Ctrl-C on ``lab up`` must not stop it); its PID."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command(hosts, period_us, alive), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=log, env=env,
+                                start_new_session=True)
+    return proc.pid
+
+
+def is_ours(pid: int | None, alive: Path) -> bool:
+    """True if ``pid`` is a pacer started for the lab whose state file is ``alive``."""
+    if not pid or not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return (len(argv) > 2 and argv[1:3] == [b"-c", _ENTRY.encode()]
+            and str(alive).encode() in argv)
+
+
+def find(alive: Path) -> list[int]:
+    """PIDs of every pacer of the lab whose state file is ``alive`` (for a lost state)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and is_ours(int(entry.name), alive):
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop(pid: int, timeout: float = 3.0) -> bool:
+    """Stop a pacer (it continues its hosts on the way out); True if it was running."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.02)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def continue_pids(pids: list[int]) -> None:
+    """SIGCONT each PID (a host left stopped by a pacer that was killed)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tracr-lab-pacer",
+                                 description="hold lab hosts to their fraction of CPU time")
+    ap.add_argument("--period-us", type=int, default=DEFAULT_PERIOD_US)
+    ap.add_argument("--alive", type=Path, default=None,
+                    help="exit (continuing every host) once this file is gone")
+    ap.add_argument("hosts", nargs="+", metavar="FRACTION=CGROUP_DIR")
+    args = ap.parse_args(argv)
+    fractions, files = [], []
+    for item in args.hosts:
+        f, _, d = item.partition("=")
+        fractions.append(float(f))
+        files.append(Path(d) / "cgroup.procs")
+    run(files, fractions, args.period_us, args.alive)
+    return 0
+

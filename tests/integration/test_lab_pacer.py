@@ -1,0 +1,238 @@
+"""The lab's pacer (``tracr lab up --cpu-mode duty``) on real cgroups and processes.
+
+Under a CFS quota a host that idled runs its next burst at full speed: that is what the
+first test shows, and why the pacer exists. Paced, the same lone burst takes its CPU time
+/ the fraction. The pacer must never leave a host stopped: not when it is told to stop,
+not when its lab is gone, not when it is killed (``lab down`` continues the hosts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app_api.lab import cgroup, pacer
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab]
+
+# C ms of CPU after an idle gap, 24 times, on the main thread or on a worker thread while
+# the main thread waits (as a participant computes); prints wall / CPU of each burst
+_BURSTS = r"""
+import json, random, sys, threading, time
+sys.stdin.readline()  # in the cgroup now
+random.seed(1)
+C = float(sys.argv[1])
+out = []
+def bursts():
+    for _ in range(24):
+        time.sleep(random.uniform(0.005, 0.025))
+        c0 = time.thread_time(); w0 = time.perf_counter()
+        while (time.thread_time() - c0) * 1e3 < C:
+            pass
+        out.append((time.perf_counter() - w0) / (time.thread_time() - c0))
+if sys.argv[2] == "worker":
+    t = threading.Thread(target=bursts)
+    t.start()
+    t.join()
+else:
+    bursts()
+print(json.dumps(out))
+"""
+
+# a host's process that always has work (the pacer stops only what runs ahead of its share)
+_BUSY = "import sys, time\nsys.stdin.readline()\nt = time.time()\nwhile time.time() - t < 120: pass\n"
+
+
+_PACERS: list[int] = []
+
+
+@pytest.fixture
+def group(request):
+    if os.geteuid() != 0 or cgroup.cgroup_version() is None:
+        pytest.skip("pacing needs root and the cgroup cpu controller")
+    path = cgroup.create(f"tracr-test-pacer-{os.getpid()}-{request.node.name[5:25]}", 1.0)
+    yield path
+    while _PACERS:  # a failed test must not leave its pacer running
+        pacer.stop(_PACERS.pop())
+    for pid in (path / "cgroup.procs").read_text().split():
+        try:
+            os.kill(int(pid), signal.SIGCONT)
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    cgroup.remove(path)
+
+
+def _pace(path: Path, fraction: float, alive: Path,
+          period_us: int = pacer.DEFAULT_PERIOD_US) -> int:
+    pid = pacer.start([(str(path), fraction)], period_us, alive, alive.with_suffix(".log"))
+    _PACERS.append(pid)
+    deadline = time.monotonic() + 10
+    while not pacer.is_ours(pid, alive):
+        assert time.monotonic() < deadline, alive.with_suffix(".log").read_text()
+        time.sleep(0.02)
+    return pid
+
+
+def _bursts(path: Path, cpu_ms: float, thread: str = "main") -> list[float]:
+    cpu = max(os.sched_getaffinity(0))  # pinned to one CPU, as a lab host of its own is
+    return json.loads(cgroup.run_pinned(_BURSTS, [str(cpu_ms), thread], cpu, path,
+                                        timeout=120, what="burst loop"))
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_full_speed(
+        group, tmp_path):
+    fraction, burst = 0.25, 2.0  # 2 ms of CPU fits the quota's 2.5 ms budget per 10 ms
+    cgroup.create(group.name, fraction, 10_000)
+    quota = _bursts(group, burst)
+    cgroup.create(group.name, 1.0, 10_000)
+    alive = tmp_path / "alive"
+    alive.write_text("")
+    pid = _pace(group, fraction, alive)
+    try:
+        paced = _bursts(group, burst)
+        worker = _bursts(group, burst, "worker")
+    finally:
+        pacer.stop(pid)
+    # busy all the time a host gets its fraction, no less (read only at the kernel's own
+    # tick, the clock of a host computing on the other CPU lagged and a 0.6 host got 0.42
+    # of a core)
+    pid = _pace(group, 0.6, alive)
+    try:
+        shares = [cgroup.measure_share(group, seconds=1.0) for _ in range(2)]
+    finally:
+        pacer.stop(pid)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    # a CPU a quarter as fast takes 4x the CPU time; the quota ran it at full speed (1x);
+    # paced, a burst this short gets at most a tick's credit at full speed (measured 2.7x)
+    assert mean(quota) < 1.3, quota
+    assert all(0.55 < x < 0.65 for x in shares), shares
+    assert 2.2 < mean(paced) < 5.0, paced
+    # and so does a worker thread's burst (a SIGSTOP sent to the process went to the
+    # waiting main thread, which did not get the CPU before it was continued: 1.3-1.5x
+    # at 0.5 core)
+    assert 2.2 < mean(worker) < 5.0, worker
+
+
+def test_the_pacer_continues_its_host_when_stopped_or_its_lab_is_gone(group, tmp_path):
+    alive = tmp_path / "alive"
+    alive.write_text("")
+    child = subprocess.Popen([sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, text=True)
+    try:
+        (group / "cgroup.procs").write_text(str(child.pid))
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        for end in ("sigterm", "lab gone"):
+            pid = _pace(group, 0.2, alive)  # stopped about 80% of the time it wants to run
+            seen = set()
+            deadline = time.monotonic() + 5
+            while not seen >= {"T", "R"} and time.monotonic() < deadline:
+                seen.add(_state(child.pid))
+                time.sleep(0.001)
+            assert seen >= {"T", "R"}, seen  # paced: stopped, then running again
+            if end == "sigterm":
+                assert pacer.stop(pid)
+            else:
+                alive.unlink()  # 'lab down' removed the state file
+                deadline = time.monotonic() + 5
+                while pacer.is_ours(pid, alive) or _is_running(pid):
+                    assert time.monotonic() < deadline, "the pacer outlived its lab"
+                    time.sleep(0.05)
+                alive.write_text("")
+            for _ in range(20):
+                assert _state(child.pid) != "T"
+                time.sleep(0.005)
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait()
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        return _state(pid) != "Z"
+    except OSError:
+        return False
+
+
+def test_a_host_left_stopped_by_a_killed_pacer_is_continued(group, tmp_path):
+    alive = tmp_path / "alive"
+    alive.write_text("")
+    child = subprocess.Popen([sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, text=True)
+    try:
+        (group / "cgroup.procs").write_text(str(child.pid))
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        pid = _pace(group, 0.05, alive)  # stopped about 95% of the time it wants to run
+        deadline = time.monotonic() + 5
+        while _state(child.pid) != "T":
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        os.kill(pid, signal.SIGKILL)  # no chance to continue its host
+        os.waitpid(pid, 0)
+        time.sleep(0.1)
+        assert _state(child.pid) == "T"
+        assert pacer.find(alive) == []
+        pacer.continue_pids([child.pid])  # what 'lab down' does for every host process
+        time.sleep(0.05)
+        assert _state(child.pid) == "R"
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait()
+
+
+def test_lab_up_in_duty_mode_paces_the_sessions_not_sshd_and_down_leaves_nothing(tmp_path,
+                                                                                  monkeypatch):
+    from app_api import lab
+    from app_api.lab import network
+
+    if os.geteuid() != 0 or cgroup.cgroup_version() is None:
+        pytest.skip("pacing needs root and the cgroup cpu controller")
+    if network.list_namespaces():
+        pytest.skip("a tracr lab is already up on this machine")
+    monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "devices.yaml"))
+    state = lab.up(hosts=2, cpu_quota=["lab-1=0.5"], cpu_mode="duty", verify=False)
+    pid = state["pacer"]["pid"]
+    try:
+        assert pacer.is_ours(pid, lab.state_path())
+        assert lab.status()["pacer"]["alive"] is True
+        h1 = state["hosts"][0]
+        assert (h1["cpu_mode"], h1["cpu_quota"], h1["cpu_period_us"]) == ("duty", 0.5, 1000)
+        assert 0.4 < h1["cpu_measured"] < 0.6
+        assert lab.link_report()["cpu"]["lab-1"]["mode"] == "duty"
+        argv = ["ssh", "-i", state["client_key"], "-o", "IdentitiesOnly=yes",
+                "-o", f"UserKnownHostsFile={state['known_hosts']}",
+                "-o", "GlobalKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+                "-o", "ConnectTimeout=5", f"root@{h1['address']}"]
+        # new connections to a paced host's sshd work (sshd itself is never paced), and
+        # what a session runs is paced: 40 ms of CPU take about 80 ms
+        burst = ("import time; c=time.thread_time(); w=time.perf_counter()\n"
+                 "while time.thread_time()-c < 0.04: pass\n"
+                 "print((time.perf_counter()-w)/(time.thread_time()-c))")
+        for _ in range(3):
+            r = subprocess.run([*argv, sys.executable, "-c", shlex.quote(burst)],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            assert 1.6 < float(r.stdout) < 2.6, r.stdout
+    finally:
+        lab.down()
+    assert not pacer.is_ours(pid, lab.state_path()) and pacer.find(lab.state_path()) == []
+    assert not network.list_namespaces()
