@@ -29,7 +29,7 @@ from app_api.lab.lock import WAIT_S, link_lock
 from app_api.lab.probe import measure_link
 from app_api.lab.registry_link import register_hosts, unregister_hosts
 from app_api.lab.state import host_entry, load_state, new_state, remove_state, save_state
-from app_api.lab.system import pid_alive, require_root
+from app_api.lab.system import pid_alive, require_root, stop_pid
 from app_api.units import format_rate, parse_rate
 from experiment_design.errors import TracrError
 
@@ -284,21 +284,11 @@ def _start_pacer(state: dict, period: int, say) -> None:
         + f" of CPU time, checked every {period / 1000:g} ms")
 
 
-def _stop_pacers(state: dict) -> list[int]:
-    """Stop the lab's pacer(s) and continue every process it may have left stopped."""
-    alive = lab_state.state_path()
-    pids = set(pacer.find(alive))
-    pid = (state.get("pacer") or {}).get("pid")
-    if pacer.is_ours(pid, alive):
-        pids.add(pid)
-    stopped = [p for p in sorted(pids) if pacer.stop(p)]
-    paced = set()
-    for h in state["hosts"]:
-        if h.get("ns"):
-            paced.update(network.ns_pids(h["ns"]))
-    for ns in network.list_namespaces():
-        paced.update(network.ns_pids(ns))
-    pacer.continue_pids(sorted(paced))
+def _stop_pacers(namespaces: set[str]) -> list[int]:
+    """Stop the lab's pacer(s) and continue every process in ``namespaces`` (one may have
+    been left stopped by a pacer that was killed)."""
+    stopped = [p for p in pacer.find(lab_state.state_path()) if stop_pid(p, timeout=3.0)]
+    pacer.continue_pids(sorted(p for ns in namespaces for p in network.ns_pids(ns)))
     return stopped
 
 
@@ -459,16 +449,16 @@ def down(*, say=lambda msg: None) -> dict:
         for k in ("processes", "namespaces", "links", "cgroups", "registry", "known_hosts", "files")
     }
 
-    removed["processes"].extend(_stop_pacers(state))
     namespaces = {h["ns"] for h in state["hosts"] if h.get("ns")} | set(network.list_namespaces())
+    removed["processes"].extend(_stop_pacers(namespaces))
     for h in state["hosts"]:
         pid = h.get("sshd_pid")
-        if pid and _our_sshd(h) and sshd.stop_pid(pid):
+        if pid and _our_sshd(h) and stop_pid(pid):
             removed["processes"].append(pid)
     for ns in sorted(namespaces):
         # Only processes inside our own namespaces: sessions, participants, probes.
         for pid in network.ns_pids(ns):
-            if sshd.stop_pid(pid, timeout=3.0):
+            if stop_pid(pid, timeout=3.0):
                 removed["processes"].append(pid)
     for ns in sorted(namespaces):
         if network.delete_namespace(ns):

@@ -83,7 +83,7 @@ class _Hosts:
     A stop goes to every thread of a process, not to the process: the kernel hands a
     process-directed SIGSTOP to one thread, often a sleeping one, and the stop waits until
     that thread is scheduled; on a host pinned to one CPU the computing thread kept the
-    CPU until the next tick and the next slice's SIGCONT cancelled the stop (a torch pass
+    CPU until the next tick and the next SIGCONT cancelled the stop (a torch pass
     on a worker thread ran at 0.44 of a core under a 0.25 pacer, 0.25 on the main thread).
     The running thread, signalled itself, stops at once."""
 
@@ -153,13 +153,10 @@ class _Hosts:
         with open(self.files[i]) as fh:
             return [p for p in map(int, fh.read().split()) if self._is_paced(p, now)]
 
-    def signal(self, i: int, sig: int) -> None:
-        self.send(self.pids(i), sig)
-
     def continue_all(self) -> None:
         for i in range(len(self.files)):
             try:
-                self.signal(i, signal.SIGCONT)
+                self.send(self.pids(i), signal.SIGCONT)
             except OSError:
                 pass
 
@@ -296,28 +293,6 @@ def find(alive: Path) -> list[int]:
         if entry.name.isdigit() and is_ours(int(entry.name), alive):
             pids.append(int(entry.name))
     return pids
-
-
-def stop(pid: int, timeout: float = 3.0) -> bool:
-    """Stop a pacer (it continues its hosts on the way out); True if it was running."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.02)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return True
 
 
 def continue_pids(pids: list[int]) -> None:

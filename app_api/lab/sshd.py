@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -137,38 +136,6 @@ def wait_listening(
     raise TracrError(
         f"sshd for {address}:{port} did not start listening within {timeout:g} s ({last})"
     )
-
-
-def stop_pid(pid: int | None, timeout: float = 5.0) -> bool:
-    """SIGTERM then SIGKILL one PID we started; reap it if it is our child. True if it was alive."""
-    if not pid or not pid_alive(pid):
-        _reap(pid)
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _reap(pid)
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.05)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _reap(pid)
-    return True
-
-
-def _reap(pid: int | None) -> None:
-    if not pid:
-        return
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except (ChildProcessError, OSError):
-        pass
 
 
 def host_key_line(address: str, pub_line: str, port: int = 22) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 from experiment_design.errors import TracrError
 
@@ -70,3 +72,35 @@ def pid_alive(pid: int | None) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def stop_pid(pid: int | None, timeout: float = 5.0) -> bool:
+    """SIGTERM then SIGKILL one PID we started; reap it if it is our child. True if it was alive."""
+    if not pid or not pid_alive(pid):
+        _reap(pid)
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int | None) -> None:
+    if not pid:
+        return
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except (ChildProcessError, OSError):
+        pass

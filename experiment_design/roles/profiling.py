@@ -54,11 +54,7 @@ def profile_split_model(
     with torch.inference_mode():
         for _ in range(max(0, warmup)):
             sm.run_full(x, timed=True)
-        runs = [sm.run_full(x, timed=True)[1] for _ in range(max(1, repeats))]
-    per: dict[int, list[float]] = {}
-    for one in runs:
-        for idx, ms in one:
-            per.setdefault(int(idx), []).append(float(ms))
+        per = _per_layer(sm.run_full(x, timed=True)[1] for _ in range(max(1, repeats)))
     layers = {str(k): statistics.median(v) for k, v in sorted(per.items())}
     prof: dict[str, Any] = {
         "layers": layers,
@@ -96,13 +92,9 @@ def profile_split_model(
     if quota and not sync:
         # the work's shape on a host whose wall time a quota or the lab's pacer stretches:
         # each layer's CPU time (its wall time has the stalls and stops in it, which the
-        # fastest run cannot take out of a layer longer than the pacer's slice)
+        # fastest run cannot take out of a layer longer than the pacer's tick)
         with torch.inference_mode():
-            cpu_runs = [sm.run_full(x, timed="cpu")[1] for _ in range(max(1, repeats))]
-        cpu_per: dict[int, list[float]] = {}
-        for one in cpu_runs:
-            for idx, ms in one:
-                cpu_per.setdefault(int(idx), []).append(float(ms))
+            cpu_per = _per_layer(sm.run_full(x, timed="cpu")[1] for _ in range(max(1, repeats)))
         prof["layers_cpu"] = {str(k): statistics.median(v) for k, v in sorted(cpu_per.items())}
     if cold_repeats > 0:
         gap = cold_gap_ms if cold_gap_ms is not None else cold_gap_for(
@@ -113,6 +105,15 @@ def profile_split_model(
             prof["handoff"] = handoff(sm, x, handoff_points(sm, prof, quota),
                                       max(9, cold_repeats), gap / 1000.0)
     return prof
+
+
+def _per_layer(runs) -> dict[int, list[float]]:
+    """Each layer's ms over timed passes (``runs``: their ``[(index, ms), ...]``)."""
+    per: dict[int, list[float]] = {}
+    for one in runs:
+        for idx, ms in one:
+            per.setdefault(int(idx), []).append(float(ms))
+    return per
 
 
 def cold_gap_for(period_ms: float | None) -> float:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from app_api.lab import cgroup, pacer
+from app_api.lab.system import stop_pid
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
@@ -47,7 +48,6 @@ else:
 print(json.dumps(out))
 """
 
-# a host's process that always has work (the pacer stops only what runs ahead of its share)
 _BUSY = "import sys, time\nsys.stdin.readline()\nt = time.time()\nwhile time.time() - t < 120: pass\n"
 
 
@@ -61,7 +61,7 @@ def group(request):
     path = cgroup.create(f"tracr-test-pacer-{os.getpid()}-{request.node.name[5:25]}", 1.0)
     yield path
     while _PACERS:  # a failed test must not leave its pacer running
-        pacer.stop(_PACERS.pop())
+        stop_pid(_PACERS.pop())
     for pid in (path / "cgroup.procs").read_text().split():
         try:
             os.kill(int(pid), signal.SIGCONT)
@@ -69,6 +69,22 @@ def group(request):
         except ProcessLookupError:
             pass
     cgroup.remove(path)
+
+
+@pytest.fixture
+def busy(group):
+    """A process in ``group`` that always has work (the pacer stops only what runs ahead
+    of its share); its PID."""
+    child = subprocess.Popen([sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, text=True)
+    try:
+        (group / "cgroup.procs").write_text(str(child.pid))
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        yield child.pid
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait()
 
 
 def _pace(path: Path, fraction: float, alive: Path,
@@ -105,7 +121,7 @@ def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_f
         paced = _bursts(group, burst)
         worker = _bursts(group, burst, "worker")
     finally:
-        pacer.stop(pid)
+        stop_pid(pid)
     # busy all the time a host gets its fraction, no less (read only at the kernel's own
     # tick, the clock of a host computing on the other CPU lagged and a 0.6 host got 0.42
     # of a core)
@@ -113,7 +129,7 @@ def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_f
     try:
         shares = [cgroup.measure_share(group, seconds=1.0) for _ in range(2)]
     finally:
-        pacer.stop(pid)
+        stop_pid(pid)
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     # a CPU a quarter as fast takes 4x the CPU time; the quota ran it at full speed (1x);
     # paced, a burst this short gets at most a tick's credit at full speed (measured 2.7x)
@@ -126,38 +142,29 @@ def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_f
     assert 2.2 < mean(worker) < 5.0, worker
 
 
-def test_the_pacer_continues_its_host_when_stopped_or_its_lab_is_gone(group, tmp_path):
+def test_the_pacer_continues_its_host_when_stopped_or_its_lab_is_gone(group, busy, tmp_path):
     alive = tmp_path / "alive"
     alive.write_text("")
-    child = subprocess.Popen([sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, text=True)
-    try:
-        (group / "cgroup.procs").write_text(str(child.pid))
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        for end in ("sigterm", "lab gone"):
-            pid = _pace(group, 0.2, alive)  # stopped about 80% of the time it wants to run
-            seen = set()
+    for end in ("sigterm", "lab gone"):
+        pid = _pace(group, 0.2, alive)  # stopped about 80% of the time it wants to run
+        seen = set()
+        deadline = time.monotonic() + 5
+        while not seen >= {"T", "R"} and time.monotonic() < deadline:
+            seen.add(_state(busy))
+            time.sleep(0.001)
+        assert seen >= {"T", "R"}, seen  # paced: stopped, then running again
+        if end == "sigterm":
+            assert stop_pid(pid, timeout=3.0)
+        else:
+            alive.unlink()  # 'lab down' removed the state file
             deadline = time.monotonic() + 5
-            while not seen >= {"T", "R"} and time.monotonic() < deadline:
-                seen.add(_state(child.pid))
-                time.sleep(0.001)
-            assert seen >= {"T", "R"}, seen  # paced: stopped, then running again
-            if end == "sigterm":
-                assert pacer.stop(pid)
-            else:
-                alive.unlink()  # 'lab down' removed the state file
-                deadline = time.monotonic() + 5
-                while pacer.is_ours(pid, alive) or _is_running(pid):
-                    assert time.monotonic() < deadline, "the pacer outlived its lab"
-                    time.sleep(0.05)
-                alive.write_text("")
-            for _ in range(20):
-                assert _state(child.pid) != "T"
-                time.sleep(0.005)
-    finally:
-        os.kill(child.pid, signal.SIGCONT)
-        child.kill()
-        child.wait()
+            while pacer.is_ours(pid, alive) or _is_running(pid):
+                assert time.monotonic() < deadline, "the pacer outlived its lab"
+                time.sleep(0.05)
+            alive.write_text("")
+        for _ in range(20):
+            assert _state(busy) != "T"
+            time.sleep(0.005)
 
 
 def _is_running(pid: int) -> bool:
@@ -171,31 +178,22 @@ def _is_running(pid: int) -> bool:
         return False
 
 
-def test_a_host_left_stopped_by_a_killed_pacer_is_continued(group, tmp_path):
+def test_a_host_left_stopped_by_a_killed_pacer_is_continued(group, busy, tmp_path):
     alive = tmp_path / "alive"
     alive.write_text("")
-    child = subprocess.Popen([sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, text=True)
-    try:
-        (group / "cgroup.procs").write_text(str(child.pid))
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        pid = _pace(group, 0.05, alive)  # stopped about 95% of the time it wants to run
-        deadline = time.monotonic() + 5
-        while _state(child.pid) != "T":
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
-        os.kill(pid, signal.SIGKILL)  # no chance to continue its host
-        os.waitpid(pid, 0)
-        time.sleep(0.1)
-        assert _state(child.pid) == "T"
-        assert pacer.find(alive) == []
-        pacer.continue_pids([child.pid])  # what 'lab down' does for every host process
-        time.sleep(0.05)
-        assert _state(child.pid) == "R"
-    finally:
-        os.kill(child.pid, signal.SIGCONT)
-        child.kill()
-        child.wait()
+    pid = _pace(group, 0.05, alive)  # stopped about 95% of the time it wants to run
+    deadline = time.monotonic() + 5
+    while _state(busy) != "T":
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    os.kill(pid, signal.SIGKILL)  # no chance to continue its host
+    os.waitpid(pid, 0)
+    time.sleep(0.1)
+    assert _state(busy) == "T"
+    assert pacer.find(alive) == []
+    pacer.continue_pids([busy])  # what 'lab down' does for every host process
+    time.sleep(0.05)
+    assert _state(busy) == "R"
 
 
 def test_lab_up_in_duty_mode_paces_the_sessions_not_sshd_and_down_leaves_nothing(tmp_path,
