@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="CFS period of the CPU quotas in ms (default 10, longer for a quota under 0.1 "
         "core, whose 1 ms minimum quota needs it: a quota'd host runs evenly slower; a long "
         "period such as 100 runs at full speed, then stalls); with --cpu-mode duty, how often "
-        "the pacer checks each host's CPU time (default 1)",
+        "the pacer checks each host's CPU time (default 2)",
     )
     up.add_argument(
         "--cpu-mode",
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how a --cpu-quota slows a host: 'quota' (default) caps its CPU time per CFS "
         "period, so a host that idled runs its next burst at full speed; 'duty' has the "
         "lab's pacer stop it whenever it is ahead of its fraction of CPU time (checked every "
-        "1 ms, nothing saved up while idle), so every pass is evenly slower, as on a "
+        "2 ms, nothing saved up while idle), so every pass is evenly slower, as on a "
         "slower device",
     )
     up.add_argument(
@@ -192,7 +192,9 @@ def _print_status(state: dict) -> None:
             "-" if quota is None
             else f"{quota:g} core / {h.get('cpu_period_us', 100_000) / 1000:g} ms"
             + (" paced" if h.get("cpu_mode") == "duty" else ""),
-            "-" if measured is None else f"{measured:.3f} core",
+            "-" if measured is None else f"{measured:.3f} core"
+            + (f", {h['cpu_measured_together']:.3f} all busy"
+               if h.get("cpu_measured_together") is not None else ""),
         )
     console.print(hosts)
     pace = state.get("pacer")

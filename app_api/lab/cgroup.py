@@ -176,21 +176,38 @@ _BUSY = (
 
 def measure_share(path: Path, ns: str | None = None, seconds: float = 1.0) -> float:
     """CPU share a busy loop gets inside the cgroup at ``path`` (1.0 = one full core)."""
-    cmd = [sys.executable, "-I", "-c", _BUSY, str(seconds)]
-    if ns:
-        cmd = ["ip", "netns", "exec", ns, *cmd]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return measure_shares([(path, ns)], seconds)[0]
+
+
+def measure_shares(where: list[tuple[Path, str | None]], seconds: float = 1.0) -> list[float]:
+    """CPU share a busy loop gets in each cgroup (path, network namespace) of ``where``,
+    all of them running at once."""
+    procs = []
     try:
-        add_pid(path, proc.pid)
-        out, _ = proc.communicate("go\n", timeout=seconds + 30)
+        for path, ns in where:
+            cmd = [sys.executable, "-I", "-c", _BUSY, str(seconds)]
+            if ns:
+                cmd = ["ip", "netns", "exec", ns, *cmd]
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True)
+            procs.append(proc)
+            add_pid(path, proc.pid)
+        for proc in procs:  # every loop is in its cgroup: start them together
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outs = [proc.communicate(timeout=seconds + 30)[0] for proc in procs]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    try:
-        return float(out.strip().splitlines()[-1])
-    except (ValueError, IndexError) as exc:
-        raise TracrError(f"the CPU quota check in {path} printed nothing useful") from exc
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    shares = []
+    for (path, _), out in zip(where, outs, strict=True):
+        try:
+            shares.append(float(out.strip().splitlines()[-1]))
+        except (ValueError, IndexError) as exc:
+            raise TracrError(f"the CPU quota check in {path} printed nothing useful") from exc
+    return shares
 
 
 def run_pinned(code: str, args: list[str], cpu: int, cgroup_dir: Path | None = None,

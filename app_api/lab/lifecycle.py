@@ -96,7 +96,7 @@ def up(
 
     ``cpu_mode``: ``quota`` (a CFS quota per host: a host that idled runs its next burst at
     full speed) or ``duty`` (the lab's pacer holds each quota'd host to its fraction of CPU
-    time, checked every ``cpu_period_ms`` (1 ms by default) with no saving up, so it is
+    time, checked every ``cpu_period_ms`` (2 ms by default) with no saving up, so it is
     evenly slow; see ``app_api.lab.pacer``).
 
     Returns the state dict (also written to ``$TRACR_CONFIG_DIR/lab/state.json``). On any
@@ -241,15 +241,25 @@ def _build(
     if duty:
         _start_pacer(state, duty, say)
 
-    for h in state["hosts"]:
-        if h.get("cgroup"):
-            share = cgroup.measure_share(Path(h["cgroup"]), h["ns"], seconds=1.0)
-            h["cpu_measured"] = round(share, 3)
-            say(
-                f"{h['name']}: cpu {'paced at' if duty else 'quota'} {h['cpu_quota']:g} core "
-                f"per {h['cpu_period_us'] / 1000:g} ms {'tick' if duty else 'period'}, "
-                f"busy loop got {share:.3f}"
-            )
+    limited = [h for h in state["hosts"] if h.get("cgroup")]
+    for h in limited:
+        share = cgroup.measure_share(Path(h["cgroup"]), h["ns"], seconds=1.0)
+        h["cpu_measured"] = round(share, 3)
+        say(
+            f"{h['name']}: cpu {'paced at' if duty else 'quota'} {h['cpu_quota']:g} core "
+            f"per {h['cpu_period_us'] / 1000:g} ms {'tick' if duty else 'period'}, "
+            f"busy loop got {share:.3f}"
+        )
+    if len(limited) > 1:
+        # what each gets while every one is busy (a pipeline in throughput mode): the
+        # hosts share the machine's CPUs with each other and with the pacer
+        shares = cgroup.measure_shares([(Path(h["cgroup"]), h["ns"]) for h in limited],
+                                       seconds=2.0)
+        for h, share in zip(limited, shares, strict=True):
+            h["cpu_measured_together"] = round(share, 3)
+        say("all busy at once, busy loops got " + ", ".join(
+            f"{h['name']} {h['cpu_measured_together']:.3f}" for h in limited)
+            + f" (sum {sum(shares):.2f} of {os.cpu_count()} CPUs)")
     save_state(state)
 
 
@@ -257,7 +267,7 @@ CPU_MODES = ("quota", "duty")
 
 
 def pacer_period_us(period_ms: float | None) -> int:
-    """The pacer's tick in us (None: the default 1 ms), range-checked."""
+    """The pacer's tick in us (None: the default 2 ms), range-checked."""
     if period_ms is None:
         return pacer.DEFAULT_PERIOD_US
     us = int(round(float(period_ms) * 1000))
@@ -398,6 +408,8 @@ def link_report() -> dict:
                 "mode": h.get("cpu_mode", "quota"),
                 # labs brought up before the period was recorded used the old 100 ms default
                 "period_us": h.get("cpu_period_us", 100_000),
+                **({"measured_together": h["cpu_measured_together"]}
+                   if h.get("cpu_measured_together") is not None else {}),
             }
             for h in state["hosts"]
             if h.get("cpu_quota") is not None

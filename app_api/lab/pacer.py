@@ -9,17 +9,26 @@ CPU that slow; `tests/integration/test_lab_pacer.py` repeats it): under 0.6 core
 0.25 core 0.25 up to 2 ms. A device that slow runs every pass slower, whatever it did
 before, and that is what the pacer emulates.
 
-Every tick (1 ms by default) the pacer reads the CPU clock of each paced process and
+Every tick (2 ms by default) the pacer reads the CPU clock of each paced process and
 keeps a credit per host: it grows by the host's fraction of the tick, shrinks by the CPU
 time the host used, and is capped at one tick's worth, so an idle host cannot save up a
 burst. A host whose credit is spent is stopped (SIGSTOP to each of its threads) until the
-credit is back, so it gets its fraction of CPU time at a tick's granularity, busy or not;
-time a host waits for a CPU is not charged to it. The kernel adds a running thread's time
-to its process's clock only at a context switch or its own tick, so a thread of the
-pacer on every CPU wakes just before each tick and its real-time wake-up makes that
-context switch. Measured with the same bursts (1 ms tick): 0.67 for 2 ms, 0.88 for
-7 ms, 0.94-0.96 for 20 ms, at 0.25 and at 0.6 core, and a busy loop gets 0.60 of a core
-under 0.6 (0.25 under 0.25). The pacer is one process per lab (started by ``lab up``, stopped by ``lab
+credit is back (the pacer wakes for that between ticks), so it gets its fraction of CPU
+time at a tick's granularity, busy or not; time a host waits for a CPU is not charged to
+it. The kernel adds a running thread's time to its process's clock only at a context
+switch or its own tick, so a thread of the pacer on every CPU wakes just before each tick
+and its real-time wake-up makes that context switch.
+
+**The tick is a trade-off.** A stop wakes every thread of the process (a group stop;
+the cgroup freezer does the same), and that work is CPU time of the host: a MobileNetV2
+pass on a paced 0.6 host with 16 idle threads beside it took 33% more CPU time than
+without them at a 1 ms tick, 11% more at 2 ms (a participant has 8-15 threads). A longer
+tick stops a host less often but lets a burst after idle run longer at full speed. The
+same bursts as above at 0.6 core, wall x fraction / CPU: 0.61 / 0.89 / 0.96 for 2 / 7 /
+20 ms at a 1 ms tick, 0.60 / 0.75 / 0.93 at 2 ms, 0.60 / 0.60 / 0.83 at 4 ms; a busy
+loop gets 0.60 of a core under 0.6 (0.25 under 0.25) at each. In a 3-stage pipeline
+(`tracr bench pipeline`) the 2 ms tick ran 51-58 inferences/s where 1 ms ran 34-45.
+The pacer is one process per lab (started by ``lab up``, stopped by ``lab
 down``), at a real-time priority so its ticks keep time. It paces every process in a
 host's cgroup except sshd (its listener and sessions carry the control channel; paced,
 new ssh connections were closed at once). On SIGTERM, SIGINT or SIGHUP, on any error,
@@ -41,19 +50,37 @@ from pathlib import Path
 
 from app_api.lab.system import pid_alive
 
-DEFAULT_PERIOD_US = 1_000  # the tick
+DEFAULT_PERIOD_US = 1_000  # the tick (see the module's docstring)
 MIN_PERIOD_US = 200  # a shorter tick is mostly the pacer's own wake-ups
 MAX_PERIOD_US = 10_000
 _SKIP = ("sshd",)  # process names never paced (see the module's docstring)
 _CHECK_S = 1.0  # how often the pacer checks that its lab still exists
 _LEAD_S = 30e-6  # the tickers wake this much before the pacer reads the clocks
 _RECHECK_S = 0.02  # how long a process found to be sshd is taken to stay sshd
+_EPS_S = 5e-6  # a stopped host whose credit is this close to 0 is continued
 
 
 def step(credit: float, fraction: float, dt: float, used: float, depth: float) -> float:
     """A host's credit after ``dt`` of wall time in which it used ``used`` of CPU time:
     it earns ``fraction`` of the wall time and is capped at ``depth`` (no saving up)."""
     return min(depth, credit + fraction * dt - used)
+
+
+def resume_level(fraction: float, tick: float) -> float:
+    """The credit at which a stopped host is continued: a whole tick's worth (its cap).
+    Continued as soon as it was back to 0, a busy host was stopped at every tick, and each
+    stop wakes every thread of the process (a group stop), CPU time the host pays for: a
+    MobileNetV2 pass on a paced 0.6 host with 16 idle threads beside it took 33% more CPU
+    time than without them; from a tick's worth, 1%."""
+    return fraction * tick
+
+
+def wake_at(tick_at: float, stopped: list[tuple[float, float, float, float]]) -> float:
+    """When the pacer next wakes: at the next tick (``tick_at``), or sooner where a stopped
+    host's credit reaches the level it is continued at; ``stopped`` holds each stopped
+    host's (time of its last update, credit then, fraction, that level). A stopped host
+    uses no CPU, so its credit grows by its fraction of the wall time."""
+    return min([tick_at, *(t + max(0.0, level - c) / f for t, c, f, level in stopped)])
 
 
 def cpu_clock_id(pid: int) -> int:
@@ -211,6 +238,7 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
         pass
     paced = [i for i, f in enumerate(fractions) if f < 1.0]
     credit = {i: 0.0 for i in paced}
+    resume = {i: resume_level(fractions[i], tick) for i in paced}
     stopped = {i: False for i in paced}
     known: dict[int, set[int]] = {i: set() for i in paced}
     last: dict[int, dict[int, int]] = {i: {} for i in paced}
@@ -219,28 +247,39 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
             while not stop:
                 time.sleep(_CHECK_S)
             return
-        prev = time.perf_counter()
-        check = prev + _CHECK_S
+        check = time.perf_counter() + _CHECK_S
+        last_t = {i: time.perf_counter() for i in paced}
         nxt = start + tick
         while not stop:
-            delay = nxt - time.perf_counter()
+            # wake at the next tick, or sooner where a stopped host's credit comes back:
+            # held to the tick, a host that overran by 0.4 ms sat out a whole tick while
+            # a CPU idled (three busy 0.6 hosts got 0.49, 0.49 and 0.60 of a core)
+            wake = wake_at(nxt, [(last_t[i], credit[i], fractions[i], resume[i])
+                                 for i in paced if stopped[i]])
+            delay = wake - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
             now = time.perf_counter()
-            dt, prev = now - prev, now
-            nxt += tick
-            if nxt < now:  # behind (the machine was busy): skip the missed ticks
-                nxt += tick * (int((now - nxt) / tick) + 1)
+            on_tick = now >= nxt - _LEAD_S
+            if on_tick:
+                nxt += tick
+                if nxt < now:  # behind (the machine was busy): skip the missed ticks
+                    nxt += tick * (int((now - nxt) / tick) + 1)
             for i in paced:
+                if not on_tick and not stopped[i]:
+                    # a running host's clock is current only at the tick (see _ticker)
+                    continue
                 pids = hosts.pids(i)
                 new = [p for p in pids if p not in known[i]]
                 known[i] = set(pids)
                 used = hosts.used(pids, last[i])
-                credit[i] = step(credit[i], fractions[i], dt, used, fractions[i] * tick)
+                credit[i] = step(credit[i], fractions[i], now - last_t[i], used,
+                                 fractions[i] * tick)
+                last_t[i] = now
                 if credit[i] < 0 and not stopped[i]:
                     hosts.send(pids, signal.SIGSTOP)
                     stopped[i] = True
-                elif credit[i] >= 0 and stopped[i]:
+                elif stopped[i] and credit[i] >= resume[i] - _EPS_S:
                     hosts.send(pids, signal.SIGCONT)
                     stopped[i] = False
                 elif stopped[i] and new:

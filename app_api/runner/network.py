@@ -162,7 +162,8 @@ def lab_quota(device: str) -> dict | None:
 
 def _cpu_quota(report: dict, device: str) -> dict | None:
     """The CPU quota the lab put on ``device`` (``{quota_ms, period_ms, fraction, source}``,
-    and ``measured``: the share of a core a busy loop got under it when the lab came up).
+    and ``measured``: the share of a core a busy loop got under it when the lab came up;
+    ``measured_together``: the share while every limited host ran one at once).
 
     A participant reads its CFS quota from /sys/fs/cgroup; inside a lab host
     (``ip netns exec`` mounts a fresh /sys) that is not visible, but the lab knows
@@ -177,6 +178,8 @@ def _cpu_quota(report: dict, device: str) -> dict | None:
            "fraction": float(quota), "source": "lab", "mode": cpu.get("mode") or "quota"}
     if cpu.get("measured"):
         out["measured"] = float(cpu["measured"])
+    if cpu.get("measured_together"):
+        out["measured_together"] = float(cpu["measured_together"])
     return out
 
 

@@ -108,9 +108,12 @@ def sustained_factor(profile: Mapping | None) -> float:
 
     The cores are what a busy loop measured under the quota where the lab measured it: a
     CFS period shorter than the kernel's tick (4 ms at HZ=250) delivers less than the
-    quota (0.47 of a core for 0.6 at a 1.667 ms period, measured)."""
+    quota (0.47 of a core for 0.6 at a 1.667 ms period, measured). Where the lab also
+    measured every limited host busy at once (``measured_together``), that share is the
+    one a busy stage gets: three paced hosts of 0.6 core on two CPUs got 0.52-0.57 each."""
     quota = (profile or {}).get("cpu_quota") or {}
-    cores = quota.get("measured") or quota.get("fraction") or quota.get("cores")
+    cores = (quota.get("measured_together") or quota.get("measured") or quota.get("fraction")
+             or quota.get("cores"))
     if not cores:
         return 1.0
     wall, cpu = (profile or {}).get("full_ms"), (profile or {}).get("full_cpu_ms")

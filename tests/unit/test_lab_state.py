@@ -181,6 +181,14 @@ def test_link_report_and_edge_profile_carry_the_period(cfg):
     assert prof["cpu_quota"] == {"quota_ms": 5.0, "period_ms": 20.0, "fraction": 0.25,
                                  "source": "lab", "measured": 0.247, "mode": "quota"}
     assert "cpu_quota" not in _with_quota({"layers": {}}, _lab_quota("lab-2"))
+    # the share every limited host got while all were busy travels with it
+    h["cpu_measured_together"] = 0.54
+    state.save_state(st)
+    assert link_report()["cpu"]["lab-1"]["measured_together"] == 0.54
+    assert _with_quota({"layers": {}}, _lab_quota("lab-1"))["cpu_quota"][
+        "measured_together"] == 0.54
+    del h["cpu_measured_together"]
+    state.save_state(st)
     # a participant that read its own quota keeps it
     own = {"quota_ms": 50.0, "period_ms": 100.0, "fraction": 0.5}
     assert _with_quota({"cpu_quota": own}, _lab_quota("lab-1"))["cpu_quota"] == own

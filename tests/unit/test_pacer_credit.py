@@ -57,3 +57,57 @@ def test_the_pacer_tick_is_range_checked():
     for bad in (0.1, 20):
         with pytest.raises(TracrError, match="--cpu-period-ms"):
             pacer_period_us(bad)
+
+
+def test_a_stopped_host_is_woken_when_its_credit_is_back_not_at_the_next_tick():
+    # Held to the tick, a 0.6 host that overran by 0.4 ms sat out the whole next tick while
+    # a CPU idled: three busy 0.6 hosts on two CPUs got 0.49, 0.49 and 0.60 of a core.
+    tick_at = 10.002
+    assert pacer.wake_at(tick_at, []) == tick_at
+    # updated at t = 10.000 with -0.4 ms of credit, continued at 0: after 0.4 / 0.6 ms
+    assert pacer.wake_at(tick_at, [(10.0, -0.4e-3, 0.6, 0.0)]) == \
+        pytest.approx(10.0 + 0.4e-3 / 0.6)
+    # continued once a tick's credit is back (0.6 ms): after 1.0 / 0.6 ms
+    assert pacer.wake_at(10.005, [(10.0, -0.4e-3, 0.6, 0.6e-3)]) == \
+        pytest.approx(10.0 + 1.0e-3 / 0.6)
+    # the earliest of several; one that is owed more than a tick waits for the tick
+    assert pacer.wake_at(tick_at, [(10.0, -3e-3, 0.6, 0.0), (10.0, -0.1e-3, 0.25, 0.0)]) == \
+        pytest.approx(10.0004)
+    assert pacer.wake_at(tick_at, [(10.0, -3e-3, 0.6, 0.0)]) == tick_at
+
+
+def _stops_per_tick(fraction: float, level: float, ticks: int = 2000) -> tuple[float, float]:
+    """A host busy all the time under the pacer's rules, event by event (ticks, and the
+    wake-ups wake_at asks for); its share of CPU time and its stops per tick."""
+    tick, t, credit, last, stopped, ran, stops = 1e-3, 0.0, 0.0, 0.0, False, 0.0, 0
+    nxt = tick
+    while t < ticks * tick:
+        wake = pacer.wake_at(nxt, [(last, credit, fraction, level)] if stopped else [])
+        used = 0.0 if stopped else wake - t
+        ran += used
+        t = wake
+        on_tick = t >= nxt - 1e-12
+        if on_tick:
+            nxt += tick
+        if not (on_tick or stopped):
+            continue
+        credit = pacer.step(credit, fraction, t - last, used if not stopped else 0.0,
+                            fraction * tick)
+        last = t
+        if credit < 0 and not stopped:
+            stopped, stops = True, stops + 1
+        elif stopped and credit >= level - 1e-12:
+            stopped = False
+    return ran / t, stops / ticks
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.6, 0.9])
+def test_a_busy_host_is_stopped_once_in_several_ticks_not_at_every_tick(fraction):
+    # Every stop wakes each thread of the host, on the host's CPU time: continued at 0
+    # credit, a busy 0.6 host was stopped at every tick, and with 16 idle threads beside
+    # it a pass took 33% more CPU time
+    share, rate = _stops_per_tick(fraction, pacer.resume_level(fraction, 1e-3))
+    assert share == pytest.approx(fraction, abs=0.01)
+    assert rate <= 0.26
+    if fraction > 0.5:
+        assert _stops_per_tick(fraction, 0.0)[1] > 0.99  # the rule before

@@ -124,3 +124,15 @@ def test_a_quota_d_host_is_planned_at_the_share_the_lab_measured_under_its_quota
     assert quota["fraction"] == 0.6 and quota["measured"] == 0.47
     prof = {"full_ms": 10, "full_cpu_ms": 10, "cpu_quota": quota}
     assert sustained_factor(prof) == pytest.approx(1 / 0.47)
+
+
+def test_a_busy_stage_is_planned_at_the_share_it_got_with_every_host_busy():
+    # three paced 0.6 hosts on two CPUs: 0.60 each alone, 0.52-0.57 all busy at once, and
+    # the busy stage of a pipeline ran at 0.54-0.57 of a core (stage wall / CPU)
+    from app_api.runner.network import _cpu_quota
+    from experiment_design.partitioners.pipeline_partitioners import sustained_factor
+
+    report = {"cpu": {"lab-1": {"quota": 0.6, "measured": 0.6, "measured_together": 0.54,
+                                "period_us": 1000, "mode": "duty"}}}
+    prof = {"full_ms": 10, "full_cpu_ms": 10, "cpu_quota": _cpu_quota(report, "lab-1")}
+    assert sustained_factor(prof) == pytest.approx(1 / 0.54)

@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 
-import pytest
 import torch
 
 from experiment_design.transport import CodecConfig, DataServer, TransportError, connect
