@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="CFS period of the CPU quotas in ms (default 10, longer for a quota under 0.1 "
         "core, whose 1 ms minimum quota needs it: a quota'd host runs evenly slower; a long "
         "period such as 100 runs at full speed, then stalls); with --cpu-mode duty, how often "
-        "the pacer checks each host's CPU time (default 2)",
+        "the pacer checks each host's CPU time (default 1)",
     )
     up.add_argument(
         "--cpu-mode",
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how a --cpu-quota slows a host: 'quota' (default) caps its CPU time per CFS "
         "period, so a host that idled runs its next burst at full speed; 'duty' has the "
         "lab's pacer stop it whenever it is ahead of its fraction of CPU time (checked every "
-        "2 ms, nothing saved up while idle), so every pass is evenly slower, as on a "
+        "1 ms, nothing saved up while idle), so every pass is evenly slower, as on a "
         "slower device",
     )
     up.add_argument(

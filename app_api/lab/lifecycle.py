@@ -96,7 +96,7 @@ def up(
 
     ``cpu_mode``: ``quota`` (a CFS quota per host: a host that idled runs its next burst at
     full speed) or ``duty`` (the lab's pacer holds each quota'd host to its fraction of CPU
-    time, checked every ``cpu_period_ms`` (2 ms by default) with no saving up, so it is
+    time, checked every ``cpu_period_ms`` (1 ms by default) with no saving up, so it is
     evenly slow; see ``app_api.lab.pacer``).
 
     Returns the state dict (also written to ``$TRACR_CONFIG_DIR/lab/state.json``). On any
@@ -267,7 +267,7 @@ CPU_MODES = ("quota", "duty")
 
 
 def pacer_period_us(period_ms: float | None) -> int:
-    """The pacer's tick in us (None: the default 2 ms), range-checked."""
+    """The pacer's tick in us (None: the default 1 ms), range-checked."""
     if period_ms is None:
         return pacer.DEFAULT_PERIOD_US
     us = int(round(float(period_ms) * 1000))

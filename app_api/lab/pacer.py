@@ -9,25 +9,25 @@ CPU that slow; `tests/integration/test_lab_pacer.py` repeats it): under 0.6 core
 0.25 core 0.25 up to 2 ms. A device that slow runs every pass slower, whatever it did
 before, and that is what the pacer emulates.
 
-Every tick (2 ms by default) the pacer reads the CPU clock of each paced process and
+Every tick (1 ms by default) the pacer reads the CPU clock of each paced process and
 keeps a credit per host: it grows by the host's fraction of the tick, shrinks by the CPU
 time the host used, and is capped at one tick's worth, so an idle host cannot save up a
-burst. A host whose credit is spent is stopped (SIGSTOP to each of its threads) until the
-credit is back (the pacer wakes for that between ticks), so it gets its fraction of CPU
-time at a tick's granularity, busy or not; time a host waits for a CPU is not charged to
-it. The kernel adds a running thread's time to its process's clock only at a context
+burst. A host whose credit is spent is stopped (SIGSTOP to each of its threads) until a
+tick's worth of credit is back (the pacer wakes for that between ticks), so it gets its
+fraction of CPU time at a tick's granularity, busy or not; time a host waits for a CPU is
+not charged to it. The kernel adds a running thread's time to its process's clock only at a context
 switch or its own tick, so a thread of the pacer on every CPU wakes just before each tick
 and its real-time wake-up makes that context switch.
 
 **The tick is a trade-off.** A stop wakes every thread of the process (a group stop;
-the cgroup freezer does the same), and that work is CPU time of the host: a MobileNetV2
-pass on a paced 0.6 host with 16 idle threads beside it took 33% more CPU time than
-without them at a 1 ms tick, 11% more at 2 ms (a participant has 8-15 threads). A longer
-tick stops a host less often but lets a burst after idle run longer at full speed. The
-same bursts as above at 0.6 core, wall x fraction / CPU: 0.61 / 0.89 / 0.96 for 2 / 7 /
-20 ms at a 1 ms tick, 0.60 / 0.75 / 0.93 at 2 ms, 0.60 / 0.60 / 0.83 at 4 ms; a busy
-loop gets 0.60 of a core under 0.6 (0.25 under 0.25) at each. In a 3-stage pipeline
-(`tracr bench pipeline`) the 2 ms tick ran 51-58 inferences/s where 1 ms ran 34-45.
+the cgroup freezer does the same), and that work is CPU time of the host, so a stopped
+host waits for a whole tick's worth of credit (``resume_level``) rather than for 0. A
+longer tick stops a host less often and costs the pacer less (11% of a core at 1 ms, 6%
+at 2 ms, three busy hosts), but lets a burst after idle run longer at full speed. Lone
+bursts of 2 / 7 / 20 ms at 0.25 core, wall x fraction / CPU: 0.80 / 0.96 / 0.99 at a 1 ms
+tick, 0.39 / 0.91 / 0.96 at 2 ms (0.61 / 0.90 / 0.99 and 0.60 / 0.84 / 0.97 at 0.6 core);
+a busy loop gets 0.60 of a core under 0.6 (0.25 under 0.25) at each. A 3-host pipeline
+(`tracr bench pipeline`) ran 55-61 inferences/s at a 2 ms tick, 45-49 at 1 ms.
 The pacer is one process per lab (started by ``lab up``, stopped by ``lab
 down``), at a real-time priority so its ticks keep time. It paces every process in a
 host's cgroup except sshd (its listener and sessions carry the control channel; paced,
@@ -57,7 +57,7 @@ _SKIP = ("sshd",)  # process names never paced (see the module's docstring)
 _CHECK_S = 1.0  # how often the pacer checks that its lab still exists
 _LEAD_S = 30e-6  # the tickers wake this much before the pacer reads the clocks
 _RECHECK_S = 0.02  # how long a process found to be sshd is taken to stay sshd
-_EPS_S = 5e-6  # a stopped host whose credit is this close to 0 is continued
+_EPS_S = 5e-6  # a stopped host this close to its resume level is continued
 
 
 def step(credit: float, fraction: float, dt: float, used: float, depth: float) -> float:

@@ -541,7 +541,8 @@ def plan_pipeline(model: ModelFacts, devices: Mapping[str, DeviceFacts] | Iterab
     """The best pipeline over (a subset of) ``devices``, the source first.
 
     ``objective="throughput"`` minimizes the bottleneck stage (then, among plans with that
-    bottleneck, the sum of squared stage times: the most room on the other stages); ``"latency"`` minimizes the sum of all stages. The DP
+    bottleneck, the sum of squared stage times: the most room on the other stages);
+    ``"latency"`` minimizes the sum of all stages. The DP
     chooses which devices take part, their order and the cuts; ``max_stages`` bounds
     the number of stages (a forwarding source counts as one). The result is a
     single-device placement, with a reason that starts "splitting does not pay", unless

@@ -110,7 +110,8 @@ def sustained_factor(profile: Mapping | None) -> float:
     CFS period shorter than the kernel's tick (4 ms at HZ=250) delivers less than the
     quota (0.47 of a core for 0.6 at a 1.667 ms period, measured). Where the lab also
     measured every limited host busy at once (``measured_together``), that share is the
-    one a busy stage gets: three paced hosts of 0.6 core on two CPUs got 0.52-0.57 each."""
+    one a busy stage gets: three paced hosts of 0.6 core on two CPUs got 0.46-0.60 each
+    at a 1 ms tick, 0.51-0.55 at 2 ms."""
     quota = (profile or {}).get("cpu_quota") or {}
     cores = (quota.get("measured_together") or quota.get("measured") or quota.get("fraction")
              or quota.get("cores"))

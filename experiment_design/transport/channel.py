@@ -611,20 +611,20 @@ class DataChannel:
         raised = False
         try:
             while got < n:
-                low = _low_water(n - got)
-                if low and self._low_water_ok:
-                    raised = self._set_low_water(low)
-                if raised and low:
+                low = _low_water(n - got) if self._low_water_ok else 0
+                if low and self._set_low_water(low):
+                    raised = True
                     self._wait_queued()
-                    try:
-                        k = self.sock.recv_into(view[got:], n - got, socket.MSG_DONTWAIT)
-                    except BlockingIOError:  # woken with nothing to read: wait again
-                        continue
+                    flags = socket.MSG_DONTWAIT
                 else:
                     if raised:
                         self._set_low_water(1)
                         raised = False
-                    k = self.sock.recv_into(view[got:], n - got, _WAITALL)
+                    flags = _WAITALL
+                try:
+                    k = self.sock.recv_into(view[got:], n - got, flags)
+                except BlockingIOError:  # woken with nothing to read: wait again
+                    continue
                 if k == 0:
                     raise ChannelClosed(
                         f"peer closed the connection in the middle of a frame ({got}/{n} bytes)"
