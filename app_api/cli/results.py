@@ -1,4 +1,4 @@
-"""`tracr results` commands: ls, show, pareto."""
+"""`tracr results` commands: ls, show, compare, pareto."""
 
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("run", metavar="RUN|last", help=RUN_HELP)
     show.add_argument("--json", action="store_true", help="print summary.json exactly")
     show.set_defaults(func=cmd_show)
+    cmp_ = rsub.add_parser(
+        "compare", help="runs of one experiment side by side: how far the best split moved",
+        description="Per bandwidth: each run's best split and median, how far the best "
+                    "median moved between runs, how far the whole run moved (the median "
+                    "over every split of its ratio to the first run) and each device's "
+                    "start-up reference (the whole model once, before the sweep). A best "
+                    "median that moved with everything else is the machine's speed, not "
+                    "the split's.")
+    cmp_.add_argument("runs", nargs="+", metavar="RUN", help=RUN_HELP + "; two or more")
+    cmp_.add_argument("--json", action="store_true", help="machine-readable output")
+    cmp_.set_defaults(func=cmd_compare)
     pareto = rsub.add_parser(
         "pareto", help="a pipeline sweep's Pareto front per bandwidth and batch",
         description="The configurations of a pipeline sweep (configs.csv) that no other "
@@ -81,7 +92,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """One run's summary (``--json``: summary.json byte for byte)."""
     from app_api.results import find_run, load_summary
-    from app_api.runner.bandwidths import load_group
+    from app_api.results.store import load_group
     from experiment_design.errors import TracrError
 
     run_dir = find_run(args.run)
@@ -106,6 +117,68 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Runs of one experiment side by side (see app_api.results.compare)."""
+    import json
+
+    from app_api.results import find_run
+    from app_api.results.compare import compare_runs
+
+    doc = compare_runs([find_run(r) for r in args.runs])
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    print_compare(doc)
+    return 0
+
+
+def _pct(v, signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 100:+.1f}%" if signed else f"{v * 100:.1f}%"
+
+
+def print_compare(doc: dict) -> None:
+    """The table of ``compare_runs``."""
+    from rich.table import Table
+
+    console = _console()
+    t = Table(title=f"{doc['model']}: {len(doc['runs'])} runs side by side")
+    for col in ("bandwidth", "best split: median ms, per run", "best moved", "same best",
+                "whole run moved", "best beyond that", "edge ref moved", "cloud ref moved"):
+        t.add_column(col, justify="right")
+    for r in doc["rows"]:
+        bests = "  ".join(f"{x['best']}: {_f(x['best_ms'], 1)}" for x in r["runs"])
+        same = "yes" if r["same_best"] else ("tie" if r["bests_tie"] else "no")
+        shift = " / ".join(_pct(s - 1.0, signed=True) if s is not None else "-"
+                           for s in r["shift"][1:])
+        ref = r["reference_moved"]
+        t.add_row(str(r["bandwidth"]), bests, _pct(r["best_moved"]), same, shift,
+                  _pct(r["best_moved_beyond_shift"]), _pct(ref.get("edge")),
+                  _pct(ref.get("cloud")))
+    console.print(t)
+    from app_api.results.compare import PARTS
+
+    p = Table(title="the first run's best split in each run: median ms (cpu: CPU time)")
+    for col in ("bandwidth", "split", "run", *(k.replace("_", " ") for k in PARTS)):
+        p.add_column(col, justify="right")
+    for r in doc["rows"]:
+        parts = r["parts"]
+        for i in range(len(r["runs"])):
+            p.add_row(str(r["bandwidth"]) if i == 0 else "", str(parts["split"]) if i == 0
+                      else "", str(i + 1), *(_f(parts[k][i], 1) for k in PARTS))
+    console.print(p)
+    console.print("best moved: largest best median / smallest - 1.  same best: 'tie' when "
+                  "each run's best is in every run's best set.  whole run moved: per run "
+                  "after the first, the median over every split of its median / the first "
+                  "run's.  ref: each device's whole model once at start-up (largest / "
+                  "smallest - 1).")
+    if doc["left_out"]:
+        console.print(f"not in every run: {', '.join(doc['left_out'])}")
+    for run in doc["runs"]:
+        console.print(f"run: {run}")
+
+
 NO_CONFIGS = "this run has no configurations: pareto needs a pipeline sweep (mode: throughput)"
 
 
@@ -122,7 +195,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         read_configs,
         read_group_configs,
     )
-    from app_api.runner.bandwidths import load_group
+    from app_api.results.store import load_group
     from experiment_design.errors import TracrError
 
     objectives = parse_objectives(args.objectives)

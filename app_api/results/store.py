@@ -487,6 +487,24 @@ def _group_as_summary(group_dir: Path) -> dict | None:
             "best_split": " ".join(f"{r.get('bandwidth')}:{r.get('best')}" for r in rows)}
 
 
+GROUP_FILE = "group.json"  # a bandwidth group's summary, in the group's directory
+
+
+def write_group(group_dir: Path, doc: dict) -> Path:
+    """Write ``group.json``."""
+    path = group_dir / GROUP_FILE
+    atomic_write(path, json.dumps(doc, indent=2, default=str) + "\n")
+    return path
+
+
+def load_group(path: str | Path) -> dict | None:
+    """``group.json`` of a group directory, or None."""
+    try:
+        return json.loads((Path(path) / GROUP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def load_summary(run_dir: Path) -> dict | None:
     """summary.json of a run directory, or None when missing/unreadable."""
     try:

@@ -15,15 +15,14 @@ with bandwidth. The lab's shaping from before the loop is restored at the end.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app_api.fsutil import atomic_write
 from app_api.results import new_run_id, results_root
+from app_api.results.store import write_group
 from app_api.runner import network
 from app_api.runner.observer import RunResult, run_experiment
 from app_api.runner.plan import SWEEP, RunPlan
@@ -31,7 +30,6 @@ from app_api.units import parse_rate
 from experiment_design.errors import TracrError
 
 log = logging.getLogger(__name__)
-GROUP_FILE = "group.json"
 
 
 # A bandwidth loop reports like one run: its directory (the group), summary, ok, errors.
@@ -67,21 +65,6 @@ def group_row(bandwidth: str, summary: dict | None, run_dir: Path, group_dir: Pa
             "regret"),
         "partitioners": parts,
     }
-
-
-def write_group(group_dir: Path, doc: dict) -> Path:
-    """Write ``group.json``."""
-    path = group_dir / GROUP_FILE
-    atomic_write(path, json.dumps(doc, indent=2, default=str) + "\n")
-    return path
-
-
-def load_group(path: str | Path) -> dict | None:
-    """``group.json`` of a group directory, or None."""
-    try:
-        return json.loads((Path(path) / GROUP_FILE).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def run_bandwidths(plan: RunPlan, out_dir: str | os.PathLike | None = None,

@@ -82,7 +82,8 @@ def _summary(best, parts):
 def test_group_summary_is_listed_found_and_shown(tmp_path, monkeypatch, capsys):
     from app_api.cli.results import print_group
     from app_api.results import find_run, list_runs
-    from app_api.runner.bandwidths import group_row, load_group, write_group
+    from app_api.results.store import load_group
+    from app_api.runner.bandwidths import group_row, write_group
 
     monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path))
     gdir = tmp_path / "neurosurgeon-alexnet" / "20260101T000000000Z-abcdef"
