@@ -284,14 +284,29 @@ def _start_pacer(state: dict, period: int, say) -> None:
     pid = pacer.start(paced, period, lab_state.state_path(), log_path)
     state["pacer"] = {"pid": pid, "period_us": period, "log": str(log_path)}
     save_state(state)
-    deadline = time.monotonic() + 5.0
-    while not pacer.is_ours(pid, lab_state.state_path()):
-        if time.monotonic() > deadline or not pid_alive(pid):
+    deadline = time.monotonic() + 10.0
+    ready = f"{pacer.READY} {pid}:"
+    # wait until it paces, not only until it runs: the shares measured next are what the
+    # hosts get (measured during its start-up, a 0.25 host's busy loop got 0.28)
+    while not (pacer.is_ours(pid, lab_state.state_path()) and _logged(log_path, ready)):
+        if not pid_alive(pid):
             raise TracrError(f"the lab's CPU pacer exited at start-up; see {log_path}")
+        if time.monotonic() > deadline:
+            raise TracrError(f"the lab's CPU pacer did not start pacing within 10 s; see "
+                             f"{log_path}")
         time.sleep(0.02)
     say(f"pacer pid {pid}: " + ", ".join(f"{h['name']} at {h['cpu_quota']:g} core"
                                          for h in state["hosts"] if h.get("cgroup"))
         + f" of CPU time, checked every {period / 1000:g} ms")
+
+
+def _logged(path: Path, line: str) -> bool:
+    """True if the log at ``path`` has a line starting with ``line``."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return False
+    return any(row.startswith(line) for row in text.splitlines())
 
 
 def _stop_pacers(namespaces: set[str]) -> list[int]:

@@ -58,6 +58,7 @@ _CHECK_S = 1.0  # how often the pacer checks that its lab still exists
 _LEAD_S = 30e-6  # the tickers wake this much before the pacer reads the clocks
 _RECHECK_S = 0.02  # how long a process found to be sshd is taken to stay sshd
 _EPS_S = 5e-6  # a stopped host this close to its resume level is continued
+READY = "pacing from pacer"  # the line the pacer logs once it paces (see run())
 
 
 def step(credit: float, fraction: float, dt: float, used: float, depth: float) -> float:
@@ -242,6 +243,10 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
     stopped = {i: False for i in paced}
     known: dict[int, set[int]] = {i: set() for i in paced}
     last: dict[int, dict[int, int]] = {i: {} for i in paced}
+    # lab up waits for this line before it measures what the hosts get: measured while
+    # the pacer was still starting, a 0.25 host's busy loop got 0.28 of a core
+    print(f"{READY} {os.getpid()}: {len(paced)} host(s), {period_us} us tick", file=sys.stderr,
+          flush=True)
     try:
         if not paced:
             while not stop:

@@ -207,21 +207,22 @@ def test_lab_up_in_duty_mode_paces_the_sessions_not_sshd_and_down_leaves_nothing
         pytest.skip("a tracr lab is already up on this machine")
     monkeypatch.setenv("TRACR_CONFIG_DIR", str(tmp_path))
     monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "devices.yaml"))
-    state = lab.up(hosts=2, cpu_quota=["lab-1=0.5"], cpu_mode="duty", verify=False)
+    state = lab.up(hosts=2, cpu_quota=["lab-1=0.25"], cpu_mode="duty", verify=False)
     pid = state["pacer"]["pid"]
     try:
         assert pacer.is_ours(pid, lab.state_path())
         assert lab.status()["pacer"]["alive"] is True
         h1 = state["hosts"][0]
-        assert (h1["cpu_mode"], h1["cpu_quota"], h1["cpu_period_us"]) == ("duty", 0.5, 1000)
-        assert 0.4 < h1["cpu_measured"] < 0.6
+        assert (h1["cpu_mode"], h1["cpu_quota"], h1["cpu_period_us"]) == ("duty", 0.25, 1000)
+        # measured once the pacer paces (measured during its start-up: 0.279-0.283)
+        assert 0.235 < h1["cpu_measured"] < 0.265, h1["cpu_measured"]
         assert lab.link_report()["cpu"]["lab-1"]["mode"] == "duty"
         argv = ["ssh", "-i", state["client_key"], "-o", "IdentitiesOnly=yes",
                 "-o", f"UserKnownHostsFile={state['known_hosts']}",
                 "-o", "GlobalKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
                 "-o", "ConnectTimeout=5", f"root@{h1['address']}"]
         # new connections to a paced host's sshd work (sshd itself is never paced), and
-        # what a session runs is paced: 40 ms of CPU take about 80 ms
+        # what a session runs is paced: 40 ms of CPU take about 160 ms
         burst = ("import time; c=time.thread_time(); w=time.perf_counter()\n"
                  "while time.thread_time()-c < 0.04: pass\n"
                  "print((time.perf_counter()-w)/(time.thread_time()-c))")
@@ -229,7 +230,7 @@ def test_lab_up_in_duty_mode_paces_the_sessions_not_sshd_and_down_leaves_nothing
             r = subprocess.run([*argv, sys.executable, "-c", shlex.quote(burst)],
                                capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
-            assert 1.6 < float(r.stdout) < 2.6, r.stdout
+            assert 3.2 < float(r.stdout) < 5.2, r.stdout
     finally:
         lab.down()
     assert not pacer.is_ours(pid, lab.state_path()) and pacer.find(lab.state_path()) == []
