@@ -45,7 +45,7 @@ class Point:
     label: str
     run_dir: Path
     model: str
-    best: int | None
+    best: int
     best_ms: float | None
     best_set: list[int]
     medians: dict[int, float]
@@ -140,8 +140,8 @@ def compare_points(points: Sequence[Point]) -> dict:
 
 def compare_runs(run_dirs: Sequence[str | Path]) -> dict:
     """Compare runs of one experiment, bandwidth by bandwidth (the bandwidths every run
-    has, in the first run's order). Raises for fewer than two runs with a
-    summary, or runs of different models (a TracrError)."""
+    has, in the first run's order). A TracrError for fewer than two runs, a run without
+    a best split, runs of different models or runs without a bandwidth in common."""
     from experiment_design.errors import TracrError
 
     if len(run_dirs) < 2:
