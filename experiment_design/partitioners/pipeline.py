@@ -651,16 +651,24 @@ def fits_memory(model: ModelFacts, stages: Sequence[Stage],
 
 
 def count_placements(model: ModelFacts, k: int) -> int:
-    """How many cut tuples a chain of ``k`` devices has: C(valid interior cuts, k - 1)
-    (what :func:`enumerate_placements` returns when memory is unlimited)."""
-    return math.comb(len(model.interior_cuts()), k - 1) if k >= 1 else 0
+    """How many cut tuples a chain of ``k`` devices has: C(valid interior cuts, and cut 0
+    where valid, k - 1), what :func:`enumerate_placements` returns when memory is
+    unlimited."""
+    return math.comb(len(_first_cuts(model)), k - 1) if k >= 1 else 0
+
+
+def _first_cuts(model: ModelFacts) -> list[int]:
+    """The cuts a tuple draws from: cut 0 (where valid: the source forwards the input, a
+    placement the DP may choose) and every valid interior cut."""
+    return [0, *model.interior_cuts()] if model.valid[0] else model.interior_cuts()
 
 
 def enumerate_placements(model: ModelFacts, chain: Sequence[str], links: Links,
                          devices: Mapping[str, DeviceFacts] | Iterable[DeviceFacts],
                          objective: str = "throughput") -> list[Placement]:
     """Every placement of the fixed ``chain`` (``chain[0]`` is the source) with valid cuts
-    0 < c1 < ... < c_{k-1} < n, in lexicographic order of the cuts, each with its
+    0 <= c1 < ... < c_{k-1} < n (c1 = 0 where cut 0 is valid: the source only forwards
+    the input, a placement :func:`plan_pipeline` may choose), in lexicographic order of the cuts, each with its
     predictions; tuples whose stages do not fit memory are left out. The oracle sweep."""
     check_objective(objective)
     chain = list(chain)
@@ -671,7 +679,7 @@ def enumerate_placements(model: ModelFacts, chain: Sequence[str], links: Links,
         if a != b and p.links[p.index(a)][p.index(b)] is None:
             raise TracrError(f"No link from {a} to {b} for the chain {chain}.")
     out = []
-    for cuts in combinations(model.interior_cuts(), len(chain) - 1):
+    for cuts in combinations(_first_cuts(model), len(chain) - 1):
         stages = chain_stages(chain, cuts, model.n)
         if p.fits_stages(stages):
             out.append(p.placement(stages, objective, reason="exhaustive sweep"))

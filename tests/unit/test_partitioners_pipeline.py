@@ -297,20 +297,32 @@ def test_invalid_cuts_are_never_boundaries(alexnet, facts):
             assert set(got.cuts) <= ok, got.cuts  # cut 0 is invalid too: no forwarding
 
 
-def test_exhaustive_enumerates_every_tuple_of_valid_interior_cuts(alexnet, facts):
+def test_exhaustive_enumerates_every_tuple_of_valid_cuts_the_source_forwarding_included(
+        alexnet, facts):
+    """Cut 0 (the source only forwards the input) is a placement the DP may choose, so the
+    oracle measures it too (before, its tuples began at the first interior cut and a
+    runner refused ``cuts: [[0, 58]]``, a plan pipeline-dp had chosen)."""
     model = dataclasses.replace(facts, valid=tuple(k % 4 != 2 for k in range(facts.n + 1)))
-    interior = [k for k in range(1, model.n) if model.valid[k]]
+    cuts = [k for k in range(0, model.n) if model.valid[k]]
+    assert cuts[0] == 0
     devices = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20})
     links = full_mesh(devices, LinkFacts(1e7, 1.0))
     for k in (1, 2, 3):
         got = enumerate_placements(model, ["a", "b", "c"][:k], links, devices)
-        assert len(got) == count_placements(model, k) == math.comb(len(interior), k - 1)
-        assert [p.cuts for p in got] == list(combinations(interior, k - 1))
+        assert len(got) == count_placements(model, k) == math.comb(len(cuts), k - 1)
+        assert [p.cuts for p in got] == list(combinations(cuts, k - 1))
         assert all(p.chain == ("a", "b", "c")[:k] for p in got)
+    forwarding = [p for p in enumerate_placements(model, ["a", "b", "c"], links, devices)
+                  if p.cuts[0] == 0]
+    assert forwarding and all(p.stages[0].last == 0 for p in forwarding)
+    # where cut 0 is not valid, no tuple starts there
+    no_zero = dataclasses.replace(model, valid=(False, *model.valid[1:]))
+    got = enumerate_placements(no_zero, ["a", "b", "c"], links, devices)
+    assert len(got) == math.comb(len(cuts) - 1, 2) and all(p.cuts[0] > 0 for p in got)
     # memory leaves tuples out; a chain over a missing link is an error
     small = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20}, memory=160 * MB)
     assert 0 < len(enumerate_placements(model, ["a", "b", "c"], links, small)) < math.comb(
-        len(interior), 2)
+        len(cuts), 2)
     with pytest.raises(TracrError, match="No link"):
         enumerate_placements(model, ["a", "b"], {("a", "b"): LinkFacts(1e6)}, devices)
 
@@ -379,17 +391,19 @@ def test_exhaustive_walks_every_valid_split_like_cyclic(alexnet):
     assert part.sweep_length() == 2 * len(valid)
     walk = [part.next_split() for _ in range(2 * len(valid) + 1)]
     assert walk == valid * 2 + [valid[0]]  # cyclic's default order: round-robin
-    # plan() on the same context: every interior cut of edge -> cloud
+    # plan() on the same context: every cut of edge -> cloud but the last (cut 0: the edge
+    # forwards the input)
     plans = part.plan(ctx)
-    assert [p.cuts for p in plans] == [(k,) for k in valid if 0 < k < len(alexnet[0])]
+    assert [p.cuts for p in plans] == [(k,) for k in valid if k < len(alexnet[0])]
 
 
 def test_exhaustive_plan_with_a_chain_and_stages(alexnet, facts):
     devices = cluster(alexnet[0], {"a": 2, "b": 10, "c": 20})
     pctx = PipelineContext(facts, devices, full_mesh(devices, LinkFacts(1e7, 1.0)), "a")
+    # alexnet: 21 valid interior cuts, and cut 0
     assert len(create_partitioner("exhaustive", chain=["a", "c", "b"]).plan(pctx)) == math.comb(
-        21, 2)
-    assert len(create_partitioner("exhaustive", stages=2).plan(pctx)) == 21
+        22, 2)
+    assert len(create_partitioner("exhaustive", stages=2).plan(pctx)) == 22
     with pytest.raises(TracrError, match="source"):
         create_partitioner("exhaustive", chain=["b", "a"]).plan(pctx)
 
