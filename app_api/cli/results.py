@@ -142,6 +142,8 @@ def print_compare(doc: dict) -> None:
     """The table of ``compare_runs``."""
     from rich.table import Table
 
+    from app_api.results.compare import PARTS
+
     console = _console()
     t = Table(title=f"{doc['model']}: {len(doc['runs'])} runs side by side")
     for col in ("bandwidth", "best split: median ms, per run", "best moved", "same best",
@@ -157,8 +159,6 @@ def print_compare(doc: dict) -> None:
                   _pct(r["best_moved_beyond_shift"]), _pct(ref.get("edge")),
                   _pct(ref.get("cloud")))
     console.print(t)
-    from app_api.results.compare import PARTS
-
     p = Table(title="the first run's best split in each run: median ms (cpu: CPU time)")
     for col in ("bandwidth", "split", "run", *(k.replace("_", " ") for k in PARTS)):
         p.add_column(col, justify="right")

@@ -668,8 +668,9 @@ def enumerate_placements(model: ModelFacts, chain: Sequence[str], links: Links,
                          objective: str = "throughput") -> list[Placement]:
     """Every placement of the fixed ``chain`` (``chain[0]`` is the source) with valid cuts
     0 <= c1 < ... < c_{k-1} < n (c1 = 0 where cut 0 is valid: the source only forwards
-    the input, a placement :func:`plan_pipeline` may choose), in lexicographic order of the cuts, each with its
-    predictions; tuples whose stages do not fit memory are left out. The oracle sweep."""
+    the input, a placement :func:`plan_pipeline` may choose), in lexicographic order of
+    the cuts, each with its predictions; tuples whose stages do not fit memory are left
+    out. The oracle sweep."""
     check_objective(objective)
     chain = list(chain)
     if not chain or len(set(chain)) != len(chain):
