@@ -232,6 +232,15 @@ def test_probe_is_answered_inside_recv_and_reports_positive_figures(peer):
     assert header["got"] == {"op": "after-probe"}
 
 
+def test_probe_reports_the_cpu_a_byte_costs_each_end(peer):
+    """The receiver's CPU clock rides on its acknowledgements, so the prober learns what
+    the bytes cost both ends (here both ends are this process: each figure holds both)."""
+    with connect("127.0.0.1", peer.port, SECRET, CodecConfig()) as ch:
+        net = ch.probe(sizes=(1 << 20,), rounds=3)
+    assert net["send_ns_per_byte"] is not None and net["recv_ns_per_byte"] is not None
+    assert 0.0 < net["send_ns_per_byte"] < 1000.0 and 0.0 < net["recv_ns_per_byte"] < 1000.0
+
+
 def test_peer_close_is_reported_as_channel_closed():
     p = Peer(lambda ch: ch.close())
     try:
