@@ -66,6 +66,8 @@ class RunState:
     configs: list[dict] = field(default_factory=list)
     #: start-up measurements to score the manifest's ``evaluate.partitioners`` with
     eval_ctx: dict | None = None
+    #: the start-up profiles partitioners decided from, by participant (``profiles.json``)
+    profiles: dict[str, dict] = field(default_factory=dict)
     phase: str = "init"
     stop_requested: bool = False
     #: monotonic time of the first stop request

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from app_api.results.store import ResultsWriteError
 from app_api.runner.evaluate import fidelity_request
 from app_api.runner.state import RunState
 from experiment_design.protocol import LinkProbe, Measurements, ProfileParams, partition_context
@@ -12,6 +13,7 @@ from experiment_design.roles.profiling import cold_gap_for
 # start-up profile: per-layer medians of timed passes + the median of untimed full passes
 # (the calibration partitioners scale the layer times to; see partitioners/predicted.py)
 PROFILE_PARAMS = ProfileParams(repeats=7, full_repeats=9)
+PROFILES_FILE = "profiles.json"
 
 
 def warmup(state: RunState) -> None:
@@ -46,14 +48,9 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
     ctx = Measurements()
     partners = [b for a, b in state.pairs if a == inst]
     if "edge_profile" in needs:
-        lab_quota = state.facts.cpu_quota(state.handles[inst].device)
-        params = PROFILE_PARAMS
-        if lab_quota:  # the edge cannot see the lab's period: size its cold-pass gaps here
-            params = dataclasses.replace(params, cold_gap_ms=cold_gap_for(lab_quota["period_ms"]),
-                                         cpu_quota=lab_quota)
-        ctx.edge_profile = with_quota(state.client(inst).profile_layers(params), lab_quota)
+        ctx.edge_profile = profile_of(state, inst)
     if "cloud_profile" in needs and partners:
-        ctx.cloud_profile = state.client(partners[0]).profile_layers(PROFILE_PARAMS)
+        ctx.cloud_profile = profile_of(state, partners[0])
     if partners:
         # always measured (cheap, raw payloads): the link figure belongs in every summary
         net = state.client(inst).probe_link(LinkProbe())
@@ -72,12 +69,43 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
         if "profiles" in needs:
             known = {inst: ctx.edge_profile, **({partners[0]: ctx.cloud_profile}
                                                 if partners else {})}
-            ctx.profiles = {member: with_quota(
-                known.get(member) or state.client(member).profile_layers(PROFILE_PARAMS),
-                state.facts.cpu_quota(state.handles[member].device)) for member in chain}
+            ctx.profiles = {member: known.get(member) or profile_of(state, member)
+                            for member in chain}
+    keep_profiles(state, {inst: ctx.edge_profile, **({partners[0]: ctx.cloud_profile}
+                                                      if partners else {}),
+                          **(ctx.profiles or {})})
     if "measured" in needs:
         ctx.measured = (state.manifest.partitioner.get("params") or {}).get("measured")
     return ctx
+
+
+def profile_of(state: RunState, member: str) -> dict | None:
+    """``member``'s start-up profile, told the lab's CPU quota of its host where it has
+    one: a lab host cannot see its own (its cgroup is not mounted in its namespace), and
+    without it the profile has no per-layer CPU times (``layers_cpu``) and its cold
+    passes' gaps do not fit the quota's period. Only the head was told before: a chain's
+    other members planned from each layer's fastest run, which under a quota keeps the
+    stall of a layer longer than the budget (AlexNet's layers 14..17 took 43% of a
+    0.6-core host's pass by their fastest runs, 36% by their CPU time)."""
+    lab_quota = state.facts.cpu_quota(state.handles[member].device)
+    params = PROFILE_PARAMS
+    if lab_quota:
+        params = dataclasses.replace(params, cold_gap_ms=cold_gap_for(lab_quota["period_ms"]),
+                                     cpu_quota=lab_quota)
+    return with_quota(state.client(member).profile_layers(params), lab_quota)
+
+
+def keep_profiles(state: RunState, profiles: dict) -> None:
+    """Add the start-up profiles a partitioner decided from to the run's ``profiles.json``
+    (participant -> profile), so its decision can be checked and replayed afterwards."""
+    profiles = {k: v for k, v in profiles.items() if v}
+    if not profiles or state.writer is None:
+        return
+    state.profiles.update(profiles)
+    try:
+        state.writer.write_json(PROFILES_FILE, state.profiles)
+    except ResultsWriteError as exc:  # the run's own measurements matter more
+        state.errors.append(str(exc))
 
 
 def with_quota(profile: dict | None, quota: dict | None) -> dict | None:

@@ -66,6 +66,8 @@ def test_pipeline_dp_predicts_the_throughput_it_gets(lab3, cfg):
 
 @pytest.mark.parametrize("lab3", [(0.6, 0.1, 0.6)], indirect=True)
 def test_a_much_slower_host_gets_little_and_the_plan_beats_memory_shares(lab3, cfg):
+    import json
+
     from experiment_design.partitioners.pipeline import (
         DeviceFacts,
         LinkFacts,
@@ -86,6 +88,10 @@ def test_a_much_slower_host_gets_little_and_the_plan_beats_memory_shares(lab3, c
     planned = _run("mobilenet_v2", common, cfg / "dp")
     assert planned.ok, planned.errors
     chosen = planned.summary["pipeline"]["chosen"]
+    # every member was profiled knowing its host's quota (only the head was, before: the
+    # others' layer shares came from fastest runs that keep the quota's stalls)
+    profiles = json.loads((planned.run_dir / "profiles.json").read_text())
+    assert all(p.get("layers_cpu") for p in profiles.values()), list(profiles)
     # "little" is little of the work: the model's FLOPs in its range. Its share of the
     # *time* is no measure, since a throughput plan balances the stages' times (a host with
     # 0.1 of the 1.3 cores is worth ~8% of the work; CI once saw 17-25% given to it).
