@@ -15,17 +15,27 @@ runs everything (two stages, the first empty).
 **Cost model.** For stage i on device d_i running layers a_i+1..b_i::
 
     compute_i  = sum of d_i's layer_ms over a_i+1..b_i
+    overhead_i = d_i's overhead_ms (receiving, relaying the reply, the stage's
+                 threads) + d_i's byte_ms * (bytes it receives + bytes it sends),
+                 when the plan has two or more stages
     transfer_i = crossing_bytes[b_i] / bandwidth(d_i, d_i+1) + rtt(d_i, d_i+1) / 2
                  (the last stage: output_bytes over the link back to the source;
                  nothing when the last stage is the source itself)
-    stage_i    = compute_i + transfer_i
+    stage_i    = compute_i + overhead_i + transfer_i
 
     bottleneck = max_i stage_i          throughput = 1000 / bottleneck  (passes/s)
     latency    = sum_i stage_i          (one pass through the whole chain)
 
 A stage's time includes sending its output, as a stage that computes and sends
-from one thread does; a receive is not charged to the receiver. The throughput
-is the bound of a pipeline with enough passes in flight; a pass is one batch of
+from one thread does; a receive is charged to the receiver through its overhead.
+With passes in flight a stage sends on its own thread, and on a host that is busy
+all the time the overhead and a small transfer overlap the next pass's compute, so
+the sum over-charges the bottleneck (measured: 0.77-0.85 of the throughput, see the
+README). The overlap, max(compute + overhead, transfer), fitted that stage but chose
+cuts with 300 KB crossing both links of a 3-host lab (0.6 core, 32 MB/s), which ran
+46-56/s against 71-73/s predicted: the frames arrived at the link's rate, but moving
+them took CPU from both hosts' layers. The throughput is
+the bound of a pipeline with enough passes in flight; a pass is one batch of
 ``ModelFacts.batch`` samples (``layer_ms`` and the byte counts must be for that
 batch). Memory: the ``param_bytes`` of a stage's layers must fit its device's
 ``memory_bytes`` (None = unlimited); activations are not counted.
@@ -70,12 +80,17 @@ REL_TOL = 1e-9
 @dataclass(frozen=True)
 class DeviceFacts:
     """One device: ``layer_ms`` of layers 1..n there (at the run's batch; any sequence,
-    kept as a tuple), and how many bytes of parameters it may hold (``memory_bytes``,
-    None = unlimited)."""
+    kept as a tuple), how many bytes of parameters it may hold (``memory_bytes``,
+    None = unlimited), and what taking part in a chain costs it per inference beside
+    its layers, in a plan of two or more stages: ``overhead_ms`` per stage (receiving,
+    relaying the reply, the stage's threads) and ``byte_ms`` per byte the stage receives
+    or sends (copying, framing, the codec, encryption)."""
 
     name: str
     layer_ms: tuple[float, ...]
     memory_bytes: int | None = None
+    overhead_ms: float = 0.0
+    byte_ms: float = 0.0
 
     def __post_init__(self) -> None:
         ms = tuple(float(v) for v in self.layer_ms)
@@ -84,16 +99,23 @@ class DeviceFacts:
         object.__setattr__(self, "layer_ms", ms)
         if self.memory_bytes is not None:
             object.__setattr__(self, "memory_bytes", int(self.memory_bytes))
+        for key in ("overhead_ms", "byte_ms"):
+            v = float(getattr(self, key))
+            if not math.isfinite(v) or v < 0:
+                raise TracrError(f"device {self.name}: {key} must be finite and >= 0.")
+            object.__setattr__(self, key, v)
 
     def to_dict(self) -> dict:
         """Plain JSON form."""
         return {"name": self.name, "layer_ms": list(self.layer_ms),
-                "memory_bytes": self.memory_bytes}
+                "memory_bytes": self.memory_bytes, "overhead_ms": self.overhead_ms,
+                "byte_ms": self.byte_ms}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> DeviceFacts:
         """Inverse of :meth:`to_dict`."""
-        return cls(str(d["name"]), tuple(d["layer_ms"]), d.get("memory_bytes"))
+        return cls(str(d["name"]), tuple(d["layer_ms"]), d.get("memory_bytes"),
+                   float(d.get("overhead_ms") or 0.0), float(d.get("byte_ms") or 0.0))
 
 
 @dataclass(frozen=True)
@@ -219,7 +241,8 @@ class Stage:
 @dataclass(frozen=True)
 class Placement:
     """A planned pipeline and its predictions (per stage: ``compute_ms``, ``transfer_ms``
-    of what it sends on, ``memory_bytes`` of its parameters)."""
+    of what it sends on, ``memory_bytes`` of its parameters, ``overhead_ms`` of its
+    device's part in the chain; empty: none)."""
 
     stages: tuple[Stage, ...]
     objective: str
@@ -230,6 +253,7 @@ class Placement:
     memory_bytes: tuple[int, ...]
     reason: str = ""
     batch: int = 1
+    overhead_ms: tuple[float, ...] = ()
 
     @property
     def cuts(self) -> tuple[int, ...]:
@@ -243,8 +267,10 @@ class Placement:
 
     @property
     def stage_ms(self) -> tuple[float, ...]:
-        """Each stage's compute + transfer."""
-        return tuple(c + t for c, t in zip(self.compute_ms, self.transfer_ms, strict=True))
+        """Each stage's compute + overhead + transfer."""
+        ovh = self.overhead_ms or (0.0,) * len(self.compute_ms)
+        return tuple(c + o + t for c, o, t in zip(self.compute_ms, ovh, self.transfer_ms,
+                                                  strict=True))
 
     @property
     def bottleneck_ms(self) -> float:
@@ -274,6 +300,7 @@ class Placement:
             "compute_ms": list(self.compute_ms),
             "transfer_ms": list(self.transfer_ms),
             "memory_bytes": list(self.memory_bytes),
+            "overhead_ms": list(self.overhead_ms),
             "reason": self.reason,
             "batch": self.batch,
         }
@@ -292,6 +319,7 @@ class Placement:
             memory_bytes=tuple(int(v) for v in d["memory_bytes"]),
             reason=d.get("reason", ""),
             batch=int(d.get("batch") or 1),
+            overhead_ms=tuple(float(v) for v in d.get("overhead_ms") or ()),
         )
 
 
@@ -355,6 +383,9 @@ class _Problem:
         self.devices = [devs[name] for name in self.names]
         self.source = source
         self.prefix_ms = [_prefix(d.layer_ms) for d in self.devices]
+        # what each device pays per inference for a stage of a chain (not when alone)
+        self.hop_ms = [d.overhead_ms for d in self.devices]
+        self.byte_ms = [d.byte_ms for d in self.devices]
         self.prefix_bytes = _prefix(model.param_bytes)
         self.memory = [math.inf if d.memory_bytes is None else d.memory_bytes
                        for d in self.devices]
@@ -400,7 +431,7 @@ class _Problem:
 
     def placement(self, stages: Sequence[Stage], objective: str, reason: str = "") -> Placement:
         """The predictions of ``stages`` under the cost model (links must exist)."""
-        compute, transfer, memory = [], [], []
+        compute, transfer, memory, overhead = [], [], [], []
         for i, st in enumerate(stages):
             d = self.index(st.device)
             a, b = st.first - 1, st.last
@@ -410,14 +441,17 @@ class _Problem:
                 to, nbytes = self.index(stages[i + 1].device), self.model.crossing_bytes[b]
             elif d == 0:
                 transfer.append(0.0)
+                overhead.append(0.0)
                 continue
             else:
                 to, nbytes = 0, self.model.output_bytes
+            received = self.model.crossing_bytes[a] if i > 0 else 0
+            overhead.append(self.hop_ms[d] + self.byte_ms[d] * (received + nbytes))
             lk = self.links[d][to]
             if lk is None:
                 raise TracrError(f"No link from {st.device} to {self.names[to]}.")
             transfer.append(lk.transfer_ms(nbytes))
-        stage_ms = [c + t for c, t in zip(compute, transfer, strict=True)]
+        stage_ms = [c + o + t for c, o, t in zip(compute, overhead, transfer, strict=True)]
         bottleneck = max(stage_ms)
         return Placement(
             stages=tuple(stages),
@@ -429,6 +463,7 @@ class _Problem:
             memory_bytes=tuple(memory),
             reason=reason,
             batch=self.model.batch,
+            overhead_ms=tuple(overhead),
         )
 
     def singles(self, objective: str, max_stages: int) -> list[Placement]:
@@ -484,10 +519,15 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
 
     frontier: dict[int, dict[tuple[int, int], float]] = {a: {} for a in [0, *ends]}
     parent: dict[tuple[int, int, int], tuple[tuple[int, int, int], int]] = {}
+    # every stage of a chain pays its device's overhead (per stage, per byte it receives
+    # or sends); the source alone pays none
+    hop, per_byte = p.hop_ms, p.byte_ms
     frontier[0][(1, 0)] = 0.0
     if p.model.valid[0] and max_stages >= 2:  # the source only forwards the input
         for e in range(1, m):
-            if xfer[0][e] is not None and (t := xfer[0][e][0]) <= cap:
+            if xfer[0][e] is None:
+                continue
+            if (t := hop[0] + per_byte[0] * cross[0] + xfer[0][e][0]) <= cap:
                 frontier[0][(1 | 1 << e, e)] = comb(0.0, t)
                 parent[(0, 1 | 1 << e, e)] = ((0, 1, 0), 0)
     best: tuple[float, int] = (math.inf, m + 1)
@@ -496,6 +536,7 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
         for (used, d), v in frontier[a].items():
             size = used.bit_count()
             pd, room = p.prefix_ms[d], p.memory[d]
+            received = cross[a] if d else 0  # what this stage receives (not the source)
             for b in ends:
                 if b <= a:
                     continue
@@ -505,6 +546,8 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
                 if comb(v, c) > bound:
                     break
                 if b == n:
+                    if size > 1:
+                        c += hop[d] + per_byte[d] * (received + p.model.output_bytes)
                     if back[d] is None or (t := c + back[d]) > cap:
                         continue
                     key = (comb(v, t), size)
@@ -516,7 +559,7 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
                 for e in range(1, m):
                     if used >> e & 1 or xfer[d][e] is None:
                         continue
-                    t = c + xfer[d][e][b]
+                    t = c + hop[d] + per_byte[d] * (received + cross[b]) + xfer[d][e][b]
                     val = comb(v, t)
                     if t > cap or val > bound:
                         continue

@@ -43,7 +43,8 @@ from experiment_design.partitioners.predicted import calibration, layer_ms_of, l
 
 def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Mapping],
                         memory_bytes: int | None = None, calibrate: bool = True,
-                        sustained: bool = False) -> DeviceFacts:
+                        sustained: bool = False, overhead_cpu_ms: float | None = None,
+                        ns_per_byte: float | None = None) -> DeviceFacts:
     """A device's facts from a participant's start-up profile.
 
     The layer times are scaled so they sum to the measured full pass when the profile
@@ -57,6 +58,15 @@ def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Map
     all the time it gets q cores, and a layer's time becomes its CPU time / q. Measured
     in the lab at 0.6 core: mobilenet_v2 layers 1..120 took 6.9 ms alone and 12.4 ms in
     a busy pipeline (8.1 ms of CPU).
+
+    ``overhead_cpu_ms``: the CPU time a stage on this device spends per inference beside
+    its layers and the bytes it moves (``EdgeRole.probe_overhead``), and ``ns_per_byte``:
+    the CPU per byte it receives or sends (the link probes'): both become wall time at
+    the rate the layers do (their total over ``full_cpu_ms``, at least 1: the
+    work is one thread's), so under a quota of q cores they weigh 1/q. Measured in the
+    lab, a 0.1-core host given layers 34..42 of mobilenet_v2 ran them in 17.7 ms where
+    the layers alone were predicted at 7.0 ms; its overhead, probed, was 1.9 ms of CPU
+    per inference: 19 ms at 0.1 core.
     """
     ms = layer_ms_of(profile, len(layers)) if profile else None
     shape = _stall_free(profile, len(layers)) if sustained else None
@@ -82,7 +92,10 @@ def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Map
         f = sustained_factor(profile)
         ms = [v * f for v in ms]
     mem = memory_bytes if memory_bytes is not None else profile.get("memory_bytes")
-    return DeviceFacts(name, tuple(ms), mem)
+    cpu = (profile or {}).get("full_cpu_ms")
+    rate = max(1.0, sum(ms) / float(cpu)) if cpu else 1.0  # wall ms per CPU ms
+    return DeviceFacts(name, tuple(ms), mem, float(overhead_cpu_ms or 0.0) * rate,
+                       float(ns_per_byte or 0.0) / 1e6 * rate)
 
 
 def _stall_free(profile: Mapping | None, n: int) -> list | None:
@@ -216,7 +229,11 @@ class PipelineDP(Partitioner):
         placement = plan_pipeline(pctx.model, [pctx.devices[c] for c in names], pctx.links,
                                   pctx.source, self.objective, self.max_stages)
         self._decision = {"name": self.name, "params": self.params,
-                          "placement": placement.to_dict(), "reason": placement.reason}
+                          "placement": placement.to_dict(), "reason": placement.reason,
+                          # what a stage on each device pays beside its layers: per
+                          # inference, and per byte it receives or sends
+                          "overhead_ms": {c: pctx.devices[c].overhead_ms for c in names},
+                          "byte_ms": {c: pctx.devices[c].byte_ms for c in names}}
         return [placement]
 
     def setup(self, ctx: PartitionContext) -> None:

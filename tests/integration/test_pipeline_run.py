@@ -156,3 +156,37 @@ def test_bench_pipeline_local_runs_without_a_lab(tmp_path):
     assert len(out["stages"]) >= 1 and out["throughput_per_s"] > 0
     for key in ("throughput_over_bound", "pipelined_over_sequential", "pipelined_over_single"):
         assert out[key] > 0, key
+
+
+def test_pipeline_dp_counts_what_each_stage_spends_beside_its_layers(tmp_path):
+    """The start-up profile times layers only; a stage also receives, sends, relays the
+    reply and hands work between its threads. pipeline-dp measures that on the chain
+    itself and adds it to each stage of a plan, and the run keeps the profiles it planned
+    from (``profiles.json``)."""
+    import json
+
+    res = run("alexnet-pipeline", ["pipeline.count=8", "pipeline.modes=[throughput]",
+                                   "pipeline.baselines=false", "dataset.params.limit=2"],
+              tmp_path / "run")
+    assert res.ok, res.errors
+    decision = res.summary["partitioner"]["edge-1"]["decision"]
+    # a chain stage on this machine spends ~0.6-1 ms of CPU per inference beside its
+    # layers: every member pays something, none a whole pass
+    assert set(decision["overhead_ms"]) == {"edge-1", "stage-1", "cloud-1"}
+    assert all(0.05 < ms < 20 for ms in decision["overhead_ms"].values()), decision
+    # and each byte a stage receives or sends, from the CPU the link probes measured
+    assert all(0 < ms < 1e-4 for ms in decision["byte_ms"].values()), decision
+    links = res.summary["links"]
+    assert all(fig["send_ns_per_byte"] > 0 and fig["recv_ns_per_byte"] > 0
+               for fig in links.values()), links
+    placement = decision["placement"]
+    overhead = placement["overhead_ms"]
+    assert len(overhead) == len(placement["stages"])
+    if len(placement["stages"]) > 1:
+        assert all(ms > 0 for ms in overhead), overhead
+        stage_ms = [c + o + t for c, o, t in zip(placement["compute_ms"], overhead,
+                                                 placement["transfer_ms"], strict=True)]
+        assert max(stage_ms) == pytest.approx(placement["bottleneck_ms"])
+    profiles = json.loads((res.run_dir / "profiles.json").read_text())
+    assert set(profiles) == {"edge-1", "stage-1", "cloud-1"}
+    assert all(p["layers"] and p["full_ms"] > 0 for p in profiles.values())

@@ -46,7 +46,9 @@ def _cost(model, devices, links, source, chain, bounds):
 
 
 def _stage_times(model, devices, links, source, chain, bounds):
-    """Each stage's time (compute plus outgoing transfer), or None (see _cost)."""
+    """Each stage's time (compute, plus outgoing transfer, plus when the chain has two or
+    more stages its device's overhead: per stage, and per byte it receives and sends),
+    or None (see _cost)."""
     times = []
     for i, (dev, (a, b)) in enumerate(zip(chain, bounds, strict=True)):
         mem = devices[dev].memory_bytes
@@ -63,6 +65,8 @@ def _stage_times(model, devices, links, source, chain, bounds):
         lk = links.get((dev, to))
         if lk is None:
             return None
+        moved = nbytes + (model.crossing_bytes[a] if i > 0 else 0)
+        c += devices[dev].overhead_ms + devices[dev].byte_ms * moved
         times.append(c + nbytes / lk.bandwidth_Bps * 1000 + lk.rtt_ms / 2)
     return times
 
@@ -122,7 +126,8 @@ def random_instance(rng: random.Random):
     for name in names:
         mem = None if rng.random() < 0.4 else rng.choice([40, 100, 150, 250])
         devices[name] = DeviceFacts(name, [rng.choice([0, 0.5, 1, 2, 3, 8]) for _ in range(n)],
-                                    mem)
+                                    mem, rng.choice([0.0, 0.0, 0.5, 2.0]),
+                                    rng.choice([0.0, 0.0, 1e-4, 1e-3]))
     links = {}
     for a, b in permutations(names, 2):
         if rng.random() < 0.85:
@@ -498,3 +503,46 @@ def test_a_paced_hosts_layer_shares_come_from_their_cpu_time_not_their_fastest_r
     older = {k: v for k, v in profile.items() if k != "layers_cpu"}  # an older profile
     assert device_from_profile("paced", older, rows, sustained=True).layer_ms == pytest.approx(
         tuple(3.7 * v / 4.8 for v in (4.6, 0.1, 0.1)))
+
+
+def test_what_a_stage_spends_beside_its_layers_weighs_as_its_layers_do():
+    """The start-up profile times layers only. A 0.1-core lab host given layers 34..42 of
+    mobilenet_v2 (predicted 7.0 ms) ran them in 17.7 ms per inference, and pipeline-dp had
+    given it work for that price (14.5% of the FLOPs where the test allows 10%, seen
+    once): receiving, relaying and its threads cost it ~1.9 ms of CPU per inference, 19 ms
+    at 0.1 core. The probed overhead and the channel's CPU per byte become wall time at
+    the rate the host's layers do, and a plan then leaves such a host out."""
+    from experiment_design.partitioners.pipeline_partitioners import device_from_profile
+
+    quota = {"quota_ms": 1.0, "period_ms": 10.0, "fraction": 0.1, "source": "lab"}
+    slow = {"layers": {str(i): 1.0 for i in range(1, 5)}, "full_ms": 40.0,
+            "full_cpu_ms": 4.0, "cpu_quota": quota}
+    rows = [{} for _ in range(4)]
+    dev = device_from_profile("slow", slow, rows, sustained=True, overhead_cpu_ms=1.5,
+                              ns_per_byte=2.0)
+    assert dev.layer_ms == pytest.approx((10.0,) * 4)  # 40 ms of wall for 4 ms of CPU
+    assert dev.overhead_ms == pytest.approx(15.0)
+    assert dev.byte_ms == pytest.approx(2.0e-6 * 10)
+    # a host without a quota pays its CPU time as it is; without a per-byte figure (a
+    # link probe that could not read the peer's clock) nothing is charged per byte
+    fast = {"layers": {str(i): 1.0 for i in range(1, 5)}, "full_ms": 4.0, "full_cpu_ms": 4.0}
+    quick = device_from_profile("fast", fast, rows, sustained=True, overhead_cpu_ms=0.5)
+    assert (quick.overhead_ms, quick.byte_ms) == pytest.approx((0.5, 0.0))
+
+    # three devices: the slow one's layers alone would make it worth a sliver
+    n = 7
+    model = ModelFacts(n=n, crossing_bytes=[1000] * (n + 1), valid=[True] * (n + 1),
+                       param_bytes=[0] * n, output_bytes=100)
+    links = full_mesh(["a", "b", "c"], LinkFacts(1e9, 0.0))
+    layers = {"a": [3.0] * n, "b": [10.0] * n, "c": [3.0] * n}
+
+    def plan(overhead: dict[str, float]):
+        devs = {k: DeviceFacts(k, v, None, overhead[k]) for k, v in layers.items()}
+        return plan_pipeline(model, devs, links, "a", "throughput")
+
+    without = plan({"a": 0.0, "b": 0.0, "c": 0.0})
+    assert "b" in without.chain  # 9 | 10 | 9 ms with one layer on b beats 12 | 9...
+    with_overhead = plan({"a": 1.0, "b": 15.0, "c": 1.0})
+    assert "b" not in with_overhead.chain, with_overhead  # ...not once b pays 15 ms more
+    assert with_overhead.overhead_ms == pytest.approx((1.0, 1.0))
+    assert with_overhead.bottleneck_ms == pytest.approx(12.0 + 1.0, abs=0.01)  # + 1 us on the wire
