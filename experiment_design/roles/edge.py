@@ -149,11 +149,12 @@ class EdgeRole(ChainMember):
                        per_byte: dict[str, float], pipe: bool = True) -> dict[str, float]:
         """Each chain member's CPU ms per inference beside its layers and beside the
         bytes it moved (:meth:`ChainHead.probe_overhead`, less ``per_byte[member]`` CPU
-        ns times the bytes the member received and sent), measured
-        along the route through the members of ``profiles`` in their order with cuts
-        spread evenly over the model's valid interior cuts, one at a time (``pipe``:
-        through throughput mode's threads, for a throughput plan). Empty when the chain is one member, the model has too few cuts,
-        or the probe fails (the planner then counts no overhead; the log says why)."""
+        ns times the bytes the member received and sent), measured along the route
+        through the members of ``profiles`` in their order, cut evenly over the model's
+        valid interior cuts, one inference at a time (``pipe``: through throughput
+        mode's threads, for a throughput plan). Empty when the chain is one member, the
+        model has too few cuts, or the probe fails (the planner then counts no overhead;
+        the log says why)."""
         members = list(profiles)
         cuts = [k for k in range(1, model.n) if model.valid[k]]
         if len(members) < 2 or self.instance not in members or len(cuts) < len(members) - 1:
@@ -405,9 +406,9 @@ def _layer(iid: int, side: str, sm: Any, index: int, ms: float,
 def byte_costs(links: dict[str, dict]) -> dict[str, float]:
     """Each device's CPU ns per byte it sends or receives, from the probed links
     (``"a>b"`` -> ``send_ns_per_byte`` charged to a, ``recv_ns_per_byte`` to b): the
-    median of its figures. Over the lab's veth links sending a 301 KB tensor cost the
-    sender ~1.9 ms of CPU beside its layers; the figure covers the network stack's work,
-    which a channel measured on a socketpair does not (0.5 ns/B)."""
+    median of its figures. On the lab's 32 MB/s links, 0.5-0.9 ns/B to send and 0.8-1.5
+    to receive, the network stack's work included; in a busy pipeline, moving 301 KB
+    frames took more CPU from both hosts than that (see the README)."""
     seen: dict[str, list[float]] = {}
     for key, fig in links.items():
         a, _, b = key.partition(">")
