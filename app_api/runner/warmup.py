@@ -58,6 +58,8 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
             k: v for k, v in (net or {}).items() if k != "samples"}
         if "network" in needs:
             ctx.network = net
+    # the profiles measured so far, by participant
+    known = {inst: ctx.edge_profile, **({partners[0]: ctx.cloud_profile} if partners else {})}
     chain = list((state.manifest.pipeline or {}).get("chain") or [])
     if chain and inst == chain[0]:
         # a chain: every member's links (for the stage times of each configuration's
@@ -67,13 +69,9 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
             ctx.links.update(state.client(member).call("probe_links") or {})
         state.extra["links"] = ctx.links
         if "profiles" in needs:
-            known = {inst: ctx.edge_profile, **({partners[0]: ctx.cloud_profile}
-                                                if partners else {})}
             ctx.profiles = {member: known.get(member) or profile_of(state, member)
                             for member in chain}
-    keep_profiles(state, {inst: ctx.edge_profile, **({partners[0]: ctx.cloud_profile}
-                                                      if partners else {}),
-                          **(ctx.profiles or {})})
+    keep_profiles(state, {**known, **(ctx.profiles or {})})
     if "measured" in needs:
         ctx.measured = (state.manifest.partitioner.get("params") or {}).get("measured")
     return ctx

@@ -160,7 +160,7 @@ class EdgeRole(ChainMember):
         if len(members) < 2 or self.instance not in members or len(cuts) < len(members) - 1:
             return {}
         members = [self.instance, *[m for m in members if m != self.instance]]
-        if any(m not in self.downstream for m in members[1:2]):
+        if members[1] not in self.downstream:
             return {}
         step = len(cuts) / len(members)
         route = Route(tuple(members), tuple(cuts[int(step * (i + 1))]

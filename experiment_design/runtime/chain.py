@@ -419,14 +419,14 @@ class ChainHead:
             c.link_error = True
         return c
 
-    def probe_overhead(self, route: Route, inputs: list, count: int = 16, in_flight: int = 1,
+    def probe_overhead(self, route: Route, inputs: list, count: int = 16,
                        pipe: bool = True) -> dict[str, float]:
         """What each participant of ``route`` spends per inference beside its layers, in
         CPU ms: receiving, decoding, sending, relaying the reply, its threads' hand-offs.
 
-        ``count`` unrecorded inferences with up to ``in_flight`` in the chain, through
-        throughput mode's threads and queues (``pipe``, as a throughput run uses them;
-        else one at a time on latency mode's single thread), after two that build each
+        ``count`` unrecorded inferences, one at a time, through throughput mode's threads
+        and queues (``pipe``, as a throughput run uses them; else on latency mode's single
+        thread), after two that build each
         range's code. Each participant's process CPU clock is read at the start of its
         compute: between its first and its last inference it spent that much CPU on
         ``count - 1`` inferences, of which its layers took the median of their compute
@@ -441,7 +441,7 @@ class ChainHead:
                 raise TracrError(f"overhead probe: {c.error}")
         done: list[Completed] = []
         if pipe and route.k > 1:
-            self.pipelined(route, inputs, count, max(1, in_flight), first + 2, done.append)
+            self.pipelined(route, inputs, count, 1, first + 2, done.append)
         else:
             done = [self.once(route, inputs[i % len(inputs)][0], first + 2 + i)
                     for i in range(count)]
