@@ -21,21 +21,23 @@ runs everything (two stages, the first empty).
     transfer_i = crossing_bytes[b_i] / bandwidth(d_i, d_i+1) + rtt(d_i, d_i+1) / 2
                  (the last stage: output_bytes over the link back to the source;
                  nothing when the last stage is the source itself)
-    stage_i    = compute_i + overhead_i + transfer_i
+    stage_i    = max(compute_i + overhead_i, transfer_i)   throughput objective
+               = compute_i + overhead_i + transfer_i        latency objective
 
     bottleneck = max_i stage_i          throughput = 1000 / bottleneck  (passes/s)
-    latency    = sum_i stage_i          (one pass through the whole chain)
+    latency    = sum_i (compute_i + overhead_i + transfer_i)  (one pass alone)
 
-A stage's time includes sending its output, as a stage that computes and sends
-from one thread does; a receive is charged to the receiver through its overhead.
-With passes in flight a stage sends on its own thread, and on a host that is busy
-all the time the overhead and a small transfer overlap the next pass's compute, so
-the sum over-charges the bottleneck (measured: 0.77-0.85 of the throughput, see the
-README). The overlap, max(compute + overhead, transfer), fitted that stage but chose
-cuts with 300 KB crossing both links of a 3-host lab (0.6 core, 32 MB/s), which ran
-46-56/s against 71-73/s predicted: the frames arrived at the link's rate, but moving
-them took CPU from both hosts' layers. The throughput is
-the bound of a pipeline with enough passes in flight; a pass is one batch of
+With passes in flight a stage sends on its own thread while it computes the next
+pass, so its period is the slower of its CPU work and its outgoing transfer; one
+pass at a time, a stage computes, then sends (:func:`stage_time`). A receive is
+charged to the receiver through its overhead. Measured in a 3-host lab (AlexNet,
+0.6 core, 32 MB/s): the head ran layers 1..13 and sent 37 KB (1.2 ms on the wire)
+every 18.9-22.9 ms in eight runs, where the sum predicted 23.3-24.5 ms. The overlap
+needs the CPU a byte really costs: the link probe's 0.5-1.5 ns/B made cuts with 300
+KB crossing look free, and they ran 46-56/s against 71-73/s predicted; the overhead
+probe now fits it on the chain (3.5-4.9 ns/B, ``EdgeRole.probe_overhead``).
+
+The throughput is the bound of a pipeline with enough passes in flight; a pass is one batch of
 ``ModelFacts.batch`` samples (``layer_ms`` and the byte counts must be for that
 batch). Memory: the ``param_bytes`` of a stage's layers must fit its device's
 ``memory_bytes`` (None = unlimited); activations are not counted.
@@ -267,10 +269,11 @@ class Placement:
 
     @property
     def stage_ms(self) -> tuple[float, ...]:
-        """Each stage's compute + overhead + transfer."""
+        """Each stage's time in the objective's mode (:func:`stage_time`)."""
         ovh = self.overhead_ms or (0.0,) * len(self.compute_ms)
-        return tuple(c + o + t for c, o, t in zip(self.compute_ms, ovh, self.transfer_ms,
-                                                  strict=True))
+        pipelined = self.objective == "throughput"
+        return tuple(stage_time(c, o, t, pipelined)
+                     for c, o, t in zip(self.compute_ms, ovh, self.transfer_ms, strict=True))
 
     @property
     def bottleneck_ms(self) -> float:
@@ -321,6 +324,14 @@ class Placement:
             batch=int(d.get("batch") or 1),
             overhead_ms=tuple(float(v) for v in d.get("overhead_ms") or ()),
         )
+
+
+def stage_time(compute: float, overhead: float, transfer: float, pipelined: bool) -> float:
+    """A stage's time per pass: with passes in flight (``pipelined``, the throughput
+    objective) its sending thread overlaps the next pass's compute, so the slower of its
+    CPU work (compute + overhead) and its outgoing transfer; one pass at a time (the
+    latency objective), their sum."""
+    return max(compute + overhead, transfer) if pipelined else compute + overhead + transfer
 
 
 def check_objective(objective: str) -> str:
@@ -451,13 +462,15 @@ class _Problem:
             if lk is None:
                 raise TracrError(f"No link from {st.device} to {self.names[to]}.")
             transfer.append(lk.transfer_ms(nbytes))
-        stage_ms = [c + o + t for c, o, t in zip(compute, overhead, transfer, strict=True)]
-        bottleneck = max(stage_ms)
+        pipelined = objective == "throughput"
+        bottleneck = max(stage_time(c, o, t, pipelined)
+                         for c, o, t in zip(compute, overhead, transfer, strict=True))
         return Placement(
             stages=tuple(stages),
             objective=objective,
             predicted_throughput_per_s=1000.0 / bottleneck if bottleneck > 0 else math.inf,
-            predicted_latency_ms=sum(stage_ms),
+            predicted_latency_ms=sum(c + o + t for c, o, t in zip(compute, overhead, transfer,
+                                                                   strict=True)),
             compute_ms=tuple(compute),
             transfer_ms=tuple(transfer),
             memory_bytes=tuple(memory),
@@ -509,6 +522,7 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
         comb = lambda v, t: v + t * t  # noqa: E731
     else:
         comb = lambda v, t: v + t  # noqa: E731
+    pipelined = mode != "sum"  # the throughput objective's stage time (stage_time)
     cross = p.model.crossing_bytes
     ends = [*p.model.interior_cuts(), n]
     # xfer[d][e][b]: stage on d ending at cut b, sending to e
@@ -527,7 +541,8 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
         for e in range(1, m):
             if xfer[0][e] is None:
                 continue
-            if (t := hop[0] + per_byte[0] * cross[0] + xfer[0][e][0]) <= cap:
+            t = stage_time(0.0, hop[0] + per_byte[0] * cross[0], xfer[0][e][0], pipelined)
+            if t <= cap:
                 frontier[0][(1 | 1 << e, e)] = comb(0.0, t)
                 parent[(0, 1 | 1 << e, e)] = ((0, 1, 0), 0)
     best: tuple[float, int] = (math.inf, m + 1)
@@ -546,9 +561,10 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
                 if comb(v, c) > bound:
                     break
                 if b == n:
-                    if size > 1:
-                        c += hop[d] + per_byte[d] * (received + p.model.output_bytes)
-                    if back[d] is None or (t := c + back[d]) > cap:
+                    if back[d] is None:
+                        continue
+                    o = hop[d] + per_byte[d] * (received + p.model.output_bytes) if size > 1 else 0.0
+                    if (t := stage_time(c, o, back[d], pipelined)) > cap:
                         continue
                     key = (comb(v, t), size)
                     if key < best:
@@ -559,7 +575,8 @@ def _search(p: _Problem, mode: str, max_stages: int, bound: float,
                 for e in range(1, m):
                     if used >> e & 1 or xfer[d][e] is None:
                         continue
-                    t = c + hop[d] + per_byte[d] * (received + cross[b]) + xfer[d][e][b]
+                    t = stage_time(c, hop[d] + per_byte[d] * (received + cross[b]),
+                                   xfer[d][e][b], pipelined)
                     val = comb(v, t)
                     if t > cap or val > bound:
                         continue

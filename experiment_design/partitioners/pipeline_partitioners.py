@@ -60,8 +60,9 @@ def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Map
     a busy pipeline (8.1 ms of CPU).
 
     ``overhead_cpu_ms``: the CPU time a stage on this device spends per inference beside
-    its layers and the bytes it moves (``EdgeRole.probe_overhead``), and ``ns_per_byte``:
-    the CPU per byte it receives or sends (the link probes'): both become wall time at
+    its layers and the bytes it moves, and ``ns_per_byte``: the CPU per byte it receives
+    or sends (both fitted on the chain by ``EdgeRole.probe_overhead``; the per-byte cost
+    from the link probes where the fit fails): both become wall time at
     the rate the layers do (their total over ``full_cpu_ms``, at least 1: the
     work is one thread's), so under a quota of q cores they weigh 1/q. Measured in the
     lab, a 0.1-core host given layers 34..42 of mobilenet_v2 ran them in 17.7 ms where

@@ -131,8 +131,8 @@ class EdgeRole(ChainMember):
         # throughput: every stage busy all the time, so a quota'd host runs at its quota
         busy = self.partitioner.params.get("objective", "throughput") == "throughput"
         profiles = dict(measured.profiles or {})
-        per_byte = byte_costs(measured.links or {})
-        overheads = self.probe_overhead(profiles, model, per_byte, pipe=busy)
+        overheads, per_byte = self.probe_overhead(profiles, model,
+                                                  byte_costs(measured.links or {}), pipe=busy)
         devices = {name: device_from_profile(name, prof, layers, sustained=busy,
                                              overhead_cpu_ms=overheads.get(name),
                                              ns_per_byte=per_byte.get(name))
@@ -146,40 +146,60 @@ class EdgeRole(ChainMember):
         return PipelineContext(model, devices, links, self.instance)
 
     def probe_overhead(self, profiles: dict[str, dict], model: Any,
-                       per_byte: dict[str, float], pipe: bool = True) -> dict[str, float]:
-        """Each chain member's CPU ms per inference beside its layers and beside the
-        bytes it moved (:meth:`ChainHead.probe_overhead`, less ``per_byte[member]`` CPU
-        ns times the bytes the member received and sent), measured along the route
-        through the members of ``profiles`` in their order, cut evenly over the model's
-        valid interior cuts, one inference at a time (``pipe``: through throughput
-        mode's threads, for a throughput plan). Empty when the chain is one member, the
-        model has too few cuts, or the probe fails (the planner then counts no overhead;
-        the log says why)."""
+                       per_byte: dict[str, float], pipe: bool = True
+                       ) -> tuple[dict[str, float], dict[str, float]]:
+        """Each chain member's CPU ms per inference beside its layers, and the CPU ns per
+        byte it receives or sends: ``(overheads, ns_per_byte)``.
+
+        :meth:`ChainHead.probe_overhead` runs along two routes through the members of
+        ``profiles`` (in their order, this head first): one with the cuts spread evenly
+        over the model's valid interior cuts, one at the cuts where the least crosses. A
+        member's CPU beside its layers on a route is fitted as its own fixed part plus a
+        per-byte part common to all members, times the bytes it received and sent there
+        (:func:`fit_overheads`). Measured on the chain because the link probe's per-byte
+        figure is not what a pipeline pays: on the lab's 32 MB/s links the probe gave
+        0.5-1.5 ns/B, and a head sending 260 KB per inference spent 1.2 ms of CPU beside
+        its layers where one sending 37 KB spent 0.1 ms (~4.5 ns/B).
+
+        Where the fit cannot be made (one route only, no spread in the bytes, a slope
+        that is not positive), the per-byte cost is ``per_byte`` (the link probes') and
+        the overhead what the first route measured less it. Empty dicts when the chain is
+        one member, the model has too few cuts, or every probe fails (the planner then
+        counts no overhead; the log says why). ``pipe``: through throughput mode's
+        threads, for a throughput plan."""
         members = list(profiles)
         cuts = [k for k in range(1, model.n) if model.valid[k]]
         if len(members) < 2 or self.instance not in members or len(cuts) < len(members) - 1:
-            return {}
+            return {}, {}
         members = [self.instance, *[m for m in members if m != self.instance]]
         if members[1] not in self.downstream:
-            return {}
+            return {}, {}
         step = len(cuts) / len(members)
-        route = Route(tuple(members), tuple(cuts[int(step * (i + 1))]
-                                            for i in range(len(members) - 1)))
-        try:
-            out = self.head.probe_overhead(route, self.inputs, pipe=pipe)
-        except Exception as exc:  # the plan can still be made, without the overhead
-            log.warning("overhead probe along %s failed: %s", route.label, exc)
-            return {}
-        log.info("overhead probe along %s: %s", route.label,
-                 ", ".join(f"{k} {v:.3f} ms CPU" for k, v in out.items()))
-        bounds = [0, *route.cuts]
-        for i, name in enumerate(route.route):
-            moved = (model.crossing_bytes[bounds[i]] if i else 0) + (
-                model.crossing_bytes[route.cuts[i]] if i < len(route.cuts)
-                else model.output_bytes)
-            if name in out and per_byte.get(name):
-                out[name] = max(0.0, out[name] - per_byte[name] * moved / 1e6)
-        return out
+        spread = tuple(cuts[int(step * (i + 1))] for i in range(len(members) - 1))
+        least = tuple(sorted(sorted(cuts, key=lambda k: (model.crossing_bytes[k], k))
+                             [: len(members) - 1]))
+        points: dict[str, list[tuple[float, float]]] = {}
+        first: dict[str, float] = {}
+        for cut_set in dict.fromkeys((spread, least)):
+            route = Route(tuple(members), cut_set)
+            try:
+                out = self.head.probe_overhead(route, self.inputs, pipe=pipe)
+            except Exception as exc:  # the plan can still be made, without this route
+                log.warning("overhead probe along %s failed: %s", route.label, exc)
+                continue
+            log.info("overhead probe along %s: %s", route.label,
+                     ", ".join(f"{k} {v:.3f} ms CPU" for k, v in out.items()))
+            for name, moved in moved_bytes(route, model).items():
+                if name in out:
+                    points.setdefault(name, []).append((moved, out[name]))
+                    first.setdefault(name, out[name] - per_byte.get(name, 0.0) * moved / 1e6)
+        fit = fit_overheads(points)
+        if fit is None:
+            return {k: max(0.0, v) for k, v in first.items()}, dict(per_byte)
+        fixed, ns = fit
+        log.info("overhead fit: %.2f ns/B moved; fixed %s", ns,
+                 ", ".join(f"{k} {v:.3f} ms CPU" for k, v in fixed.items()))
+        return fixed, {name: ns for name in fixed}
 
     def probe_link(self, size: int = 1 << 20, repeats: int = 5) -> dict:
         """``DataChannel.probe()`` when the transport has it, else an echo round trip."""
@@ -403,12 +423,47 @@ def _layer(iid: int, side: str, sm: Any, index: int, ms: float,
     return row
 
 
+def moved_bytes(route: Route, model: Any) -> dict[str, int]:
+    """The bytes each participant of ``route`` receives and sends per inference, as the
+    planner counts them (``experiment_design.partitioners.pipeline``): what crosses its
+    cuts, the last sending the model's output back. The head's receiving that output is
+    the same on every route, so it stays in the head's fixed part."""
+    bounds = [0, *route.cuts]
+    return {name: ((model.crossing_bytes[bounds[i]] if i else 0)
+                   + (model.crossing_bytes[route.cuts[i]] if i < len(route.cuts)
+                      else model.output_bytes))
+            for i, name in enumerate(route.route)}
+
+
+def fit_overheads(points: dict[str, list[tuple[float, float]]]
+                  ) -> tuple[dict[str, float], float] | None:
+    """``(fixed CPU ms per member, CPU ns per byte)`` by least squares from each member's
+    ``(bytes moved, CPU ms beside its layers)`` on the probed routes: a fixed part per
+    member and one per-byte slope for all (the same channel code moves every byte).
+    None when the bytes do not vary within any member or the slope is not positive;
+    a fixed part below 0 is clamped to 0."""
+    num = den = 0.0
+    for pts in points.values():
+        if len(pts) < 2:
+            continue
+        mx = sum(x for x, _ in pts) / len(pts)
+        my = sum(y for _, y in pts) / len(pts)
+        num += sum((x - mx) * (y - my) for x, y in pts)
+        den += sum((x - mx) ** 2 for x, _ in pts)
+    if den <= 0 or num <= 0:
+        return None
+    slope = num / den  # ms per byte
+    fixed = {name: max(0.0, sum(y - slope * x for x, y in pts) / len(pts))
+             for name, pts in points.items() if pts}
+    return fixed, slope * 1e6
+
+
 def byte_costs(links: dict[str, dict]) -> dict[str, float]:
     """Each device's CPU ns per byte it sends or receives, from the probed links
     (``"a>b"`` -> ``send_ns_per_byte`` charged to a, ``recv_ns_per_byte`` to b): the
     median of its figures. On the lab's 32 MB/s links, 0.5-0.9 ns/B to send and 0.8-1.5
-    to receive, the network stack's work included; in a busy pipeline, moving 301 KB
-    frames took more CPU from both hosts than that (see the README)."""
+    to receive, the network stack's work included. A pipeline pays more (3.5-4.9 ns/B
+    fitted on the chain), so this is only the fallback of :meth:`EdgeRole.probe_overhead`."""
     seen: dict[str, list[float]] = {}
     for key, fig in links.items():
         a, _, b = key.partition(">")

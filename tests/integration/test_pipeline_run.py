@@ -171,10 +171,11 @@ def test_pipeline_dp_counts_what_each_stage_spends_beside_its_layers(tmp_path):
     assert res.ok, res.errors
     decision = res.summary["partitioner"]["edge-1"]["decision"]
     # a chain stage on this machine spends ~0.6-1 ms of CPU per inference beside its
-    # layers: every member pays something, none a whole pass
+    # layers, fitted across two probe routes as a fixed part per member (none a whole
+    # pass; it may be 0 where the bytes explain it all)...
     assert set(decision["overhead_ms"]) == {"edge-1", "stage-1", "cloud-1"}
-    assert all(0.05 < ms < 20 for ms in decision["overhead_ms"].values()), decision
-    # and each byte a stage receives or sends, from the CPU the link probes measured
+    assert all(0 <= ms < 20 for ms in decision["overhead_ms"].values()), decision
+    # ...and a cost per byte a stage receives or sends
     assert all(0 < ms < 1e-4 for ms in decision["byte_ms"].values()), decision
     links = res.summary["links"]
     assert all(fig["send_ns_per_byte"] > 0 and fig["recv_ns_per_byte"] > 0
@@ -184,8 +185,9 @@ def test_pipeline_dp_counts_what_each_stage_spends_beside_its_layers(tmp_path):
     assert len(overhead) == len(placement["stages"])
     if len(placement["stages"]) > 1:
         assert all(ms > 0 for ms in overhead), overhead
-        stage_ms = [c + o + t for c, o, t in zip(placement["compute_ms"], overhead,
-                                                 placement["transfer_ms"], strict=True)]
+        # with passes in flight a stage sends while it computes the next one
+        stage_ms = [max(c + o, t) for c, o, t in zip(placement["compute_ms"], overhead,
+                                                     placement["transfer_ms"], strict=True)]
         assert max(stage_ms) == pytest.approx(placement["bottleneck_ms"])
     profiles = json.loads((res.run_dir / "profiles.json").read_text())
     assert set(profiles) == {"edge-1", "stage-1", "cloud-1"}
