@@ -158,8 +158,9 @@ class EdgeRole(ChainMember):
         per-byte part common to all members, times the bytes it received and sent there
         (:func:`fit_overheads`). Measured on the chain because the link probe's per-byte
         figure is not what a pipeline pays: on the lab's 32 MB/s links the probe gave
-        0.5-1.5 ns/B, and a head sending 260 KB per inference spent 1.2 ms of CPU beside
-        its layers where one sending 37 KB spent 0.1 ms (~4.5 ns/B).
+        0.5-1.5 ns/B, while a head sending 260 KB per inference spent 1.15-1.31 ms of CPU
+        beside its layers and one sending 16 KB 0.43-0.83 ms (AlexNet; fitted: 3.5-4.9
+        ns/B).
 
         Where the fit cannot be made (one route only, no spread in the bytes, a slope
         that is not positive), the per-byte cost is ``per_byte`` (the link probes') and
