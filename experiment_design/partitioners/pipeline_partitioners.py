@@ -44,7 +44,8 @@ from experiment_design.partitioners.predicted import calibration, layer_ms_of, l
 def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Mapping],
                         memory_bytes: int | None = None, calibrate: bool = True,
                         sustained: bool = False, overhead_cpu_ms: float | None = None,
-                        ns_per_byte: float | None = None) -> DeviceFacts:
+                        ns_per_byte: float | None = None,
+                        busy_factor: float | None = None) -> DeviceFacts:
     """A device's facts from a participant's start-up profile.
 
     The layer times are scaled so they sum to the measured full pass when the profile
@@ -68,6 +69,12 @@ def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Map
     lab, a 0.1-core host given layers 34..42 of mobilenet_v2 ran them in 17.7 ms where
     the layers alone were predicted at 7.0 ms; its overhead, probed, was 1.9 ms of CPU
     per inference: 19 ms at 0.1 core.
+
+    ``busy_factor`` (with ``sustained``): how much more CPU this device's layers take
+    with inferences in flight than in its profile (``EdgeRole.probe_busy``). A quota'd
+    host busy all the time is stopped every period and its caches go cold: in the lab at
+    0.6 core, mobilenet_v2's stages took 1.36-1.55x their profiled CPU in throughput
+    mode and 1.07-1.25x one inference at a time.
     """
     ms = layer_ms_of(profile, len(layers)) if profile else None
     shape = _stall_free(profile, len(layers)) if sustained else None
@@ -90,7 +97,7 @@ def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Map
         ms = [v if v is not None else regression.predict_features(models, row)
               for v, row in zip(ms, layers, strict=True)]
     if sustained:
-        f = sustained_factor(profile)
+        f = sustained_factor(profile) * float(busy_factor or 1.0)
         ms = [v * f for v in ms]
     mem = memory_bytes if memory_bytes is not None else profile.get("memory_bytes")
     cpu = (profile or {}).get("full_cpu_ms")

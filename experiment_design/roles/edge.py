@@ -51,6 +51,8 @@ class EdgeRole(ChainMember):
         self.plans: list[tuple[Route, dict | None]] | None = None
         #: the unsplit model's outputs per preloaded input (by id), the fidelity reference
         self.references: dict[int, list] = {}
+        #: per chain member, its layers' CPU busy in a pipeline over its profile's
+        self.busy_factors: dict[str, float] = {}
 
     def on_setup(self, config: dict) -> dict:
         """Model, dataset and the partitioner (set up later, with its context); then the
@@ -90,7 +92,19 @@ class EdgeRole(ChainMember):
                            {"throughput_per_s": p.predicted_throughput_per_s,
                             "latency_ms": p.predicted_latency_ms}) for p in placements]
         return PartitionerPlan(sweep_length=self.partitioner.sweep_length(),
-                               decision=self.partitioner.decision(), fidelity=ctx.fidelity)
+                               decision=self.with_busy(self.partitioner.decision()),
+                               fidelity=ctx.fidelity)
+
+    def with_busy(self, decision: dict | None) -> dict | None:
+        """``decision`` with how much more each chain member's layers cost busy than in
+        its profile (``busy_factor``, when the busy probe ran)."""
+        if decision is None or not self.busy_factors:
+            return decision
+        return {**decision, "busy_factor": dict(self.busy_factors)}
+
+    def final_decision(self) -> dict | None:
+        """The partitioner's decision as plain JSON, with the busy probe's factors."""
+        return self.with_busy(super().final_decision())
 
     def probe_fidelity(self, request: dict) -> dict:
         """The start-up fidelity probe (:func:`experiment_design.runtime.fidelity.probe`)
@@ -133,9 +147,11 @@ class EdgeRole(ChainMember):
         profiles = dict(measured.profiles or {})
         overheads, per_byte = self.probe_overhead(profiles, model,
                                                   byte_costs(measured.links or {}), pipe=busy)
+        factors = self.busy_factors = self.probe_busy(profiles, model) if busy else {}
         devices = {name: device_from_profile(name, prof, layers, sustained=busy,
                                              overhead_cpu_ms=overheads.get(name),
-                                             ns_per_byte=per_byte.get(name))
+                                             ns_per_byte=per_byte.get(name),
+                                             busy_factor=factors.get(name))
                    for name, prof in profiles.items()}
         links: dict[tuple[str, str], Any] = {}
         for key, fig in (measured.links or {}).items():
@@ -201,6 +217,41 @@ class EdgeRole(ChainMember):
         log.info("overhead fit: %.2f ns/B moved; fixed %s", ns,
                  ", ".join(f"{k} {v:.3f} ms CPU" for k, v in fixed.items()))
         return fixed, {name: ns for name in fixed}
+
+    def probe_busy(self, profiles: dict[str, dict], model: Any,
+                   in_flight: int = 4) -> dict[str, float]:
+        """Each chain member's layers' CPU with ``in_flight`` inferences in the chain
+        (:meth:`ChainHead.probe_busy`, along the route with the cuts spread evenly) over
+        their CPU in its start-up profile (``layers_cpu``): how much more a busy stage's
+        layers cost than its profile says, clamped to 0.8-2. Empty for a member without
+        per-layer CPU times, and when the chain is one member or the probe fails."""
+        members = list(profiles)
+        cuts = [k for k in range(1, model.n) if model.valid[k]]
+        if len(members) < 2 or self.instance not in members or len(cuts) < len(members) - 1:
+            return {}
+        members = [self.instance, *[m for m in members if m != self.instance]]
+        if members[1] not in self.downstream:
+            return {}
+        step = len(cuts) / len(members)
+        route = Route(tuple(members), tuple(cuts[int(step * (i + 1))]
+                                            for i in range(len(members) - 1)))
+        try:
+            busy = self.head.probe_busy(route, self.inputs, in_flight=in_flight)
+        except Exception as exc:  # the plan can still be made, at the profiles' CPU
+            log.warning("busy probe along %s failed: %s", route.label, exc)
+            return {}
+        out = {}
+        for hop, name in enumerate(route.route):
+            cpu = (profiles.get(name) or {}).get("layers_cpu")
+            a, b = route.bounds(hop, model.n)
+            if not isinstance(cpu, dict) or name not in busy:
+                continue
+            base = sum(float(cpu.get(str(i), cpu.get(i)) or 0.0) for i in range(a + 1, b + 1))
+            if base > 0.05:
+                out[name] = min(2.0, max(0.8, busy[name] / base))
+        log.info("busy probe along %s: %s", route.label,
+                 ", ".join(f"{k} x{v:.2f}" for k, v in out.items()))
+        return out
 
     def probe_link(self, size: int = 1 << 20, repeats: int = 5) -> dict:
         """``DataChannel.probe()`` when the transport has it, else an echo round trip."""

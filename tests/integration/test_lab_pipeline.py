@@ -56,6 +56,11 @@ def test_pipeline_dp_predicts_the_throughput_it_gets(lab3, cfg):
     print(f"\nalexnet on 3 lab hosts at 0.6 core: chosen {s['pipeline']['chosen']}, "
           f"{s['throughput_per_s']:.1f}/s, bound {s['bound_per_s']:.1f}/s, ratios {r}")
     assert 0.7 < r["predicted_over_measured"] < 1.4
+    # every member's layers were measured busy (four in flight) against its profile
+    busy = s["partitioner"]["edge-1"]["decision"]["busy_factor"]
+    assert set(busy) == {"edge-1", "stage-1", "cloud-1"}, busy
+    assert all(0.8 <= f <= 2.0 for f in busy.values()), busy
+    print(f"busy factors {busy}")
     assert r["throughput_over_bound"] > 0.6
     assert r["pipelined_over_single"] > 1.0  # never loses to not splitting
     from app_api.results import read_configs

@@ -604,3 +604,23 @@ def test_the_cpu_a_byte_costs_is_fitted_across_the_probe_routes():
     model = ModelFacts(n=4, crossing_bytes=[10, 20, 30, 40, 50], valid=[True] * 5,
                        param_bytes=[0] * 4, output_bytes=5)
     assert moved_bytes(Route(("h", "m", "l"), (1, 3)), model) == {"h": 20, "m": 60, "l": 45}
+
+
+def test_a_busy_stage_is_planned_at_the_cpu_its_layers_take_in_flight():
+    """A quota'd lab host busy all the time is stopped every period: mobilenet_v2's stages
+    took 1.36-1.55x their profiled CPU in throughput mode, 1.07-1.25x one inference at a
+    time, and pipeline-dp predicted 1.34-1.36x what it measured. The busy probe's factor
+    scales a device's sustained layer times; a latency plan (not sustained) ignores it."""
+    from experiment_design.partitioners.pipeline_partitioners import device_from_profile
+
+    quota = {"quota_ms": 6.0, "period_ms": 10.0, "fraction": 0.6, "source": "lab",
+             "measured": 0.6}
+    profile = {"layers": {"1": 2.0, "2": 2.0}, "layers_cpu": {"1": 1.0, "2": 1.0},
+               "full_ms": 2.0, "full_cpu_ms": 2.0, "cpu_quota": quota}
+    rows = [{}, {}]
+    plain = device_from_profile("a", profile, rows, sustained=True)
+    busy = device_from_profile("a", profile, rows, sustained=True, busy_factor=1.3)
+    assert plain.layer_ms == pytest.approx((1.0 / 0.6, 1.0 / 0.6))
+    assert busy.layer_ms == pytest.approx(tuple(1.3 * v for v in plain.layer_ms))
+    alone = device_from_profile("a", profile, rows, busy_factor=1.3)
+    assert alone.layer_ms == device_from_profile("a", profile, rows).layer_ms
