@@ -37,8 +37,8 @@ needs the CPU a byte really costs: the link probe's 0.5-1.5 ns/B made cuts with 
 KB crossing look free, and they ran 46-56/s against 71-73/s predicted; the overhead
 probe now fits it on the chain (3.5-4.9 ns/B, ``EdgeRole.probe_overhead``).
 
-The throughput is the bound of a pipeline with enough passes in flight; a pass is one batch of
-``ModelFacts.batch`` samples (``layer_ms`` and the byte counts must be for that
+The throughput is the bound of a pipeline with enough passes in flight; a pass is
+one batch of ``ModelFacts.batch`` samples (``layer_ms`` and the byte counts must be for that
 batch). Memory: the ``param_bytes`` of a stage's layers must fit its device's
 ``memory_bytes`` (None = unlimited); activations are not counted.
 

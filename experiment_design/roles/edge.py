@@ -184,21 +184,15 @@ class EdgeRole(ChainMember):
         one member, the model has too few cuts, or every probe fails (the planner then
         counts no overhead; the log says why). ``pipe``: through throughput mode's
         threads, for a throughput plan."""
-        members = list(profiles)
+        spread = self.probe_route(profiles, model)
+        if spread is None:
+            return {}, {}
         cuts = [k for k in range(1, model.n) if model.valid[k]]
-        if len(members) < 2 or self.instance not in members or len(cuts) < len(members) - 1:
-            return {}, {}
-        members = [self.instance, *[m for m in members if m != self.instance]]
-        if members[1] not in self.downstream:
-            return {}, {}
-        step = len(cuts) / len(members)
-        spread = tuple(cuts[int(step * (i + 1))] for i in range(len(members) - 1))
         least = tuple(sorted(sorted(cuts, key=lambda k: (model.crossing_bytes[k], k))
-                             [: len(members) - 1]))
+                             [: spread.k - 1]))
         points: dict[str, list[tuple[float, float]]] = {}
         first: dict[str, float] = {}
-        for cut_set in dict.fromkeys((spread, least)):
-            route = Route(tuple(members), cut_set)
+        for route in dict.fromkeys((spread, Route(spread.route, least))):
             try:
                 out = self.head.probe_overhead(route, self.inputs, pipe=pipe)
             except Exception as exc:  # the plan can still be made, without this route
@@ -218,6 +212,22 @@ class EdgeRole(ChainMember):
                  ", ".join(f"{k} {v:.3f} ms CPU" for k, v in fixed.items()))
         return fixed, {name: ns for name in fixed}
 
+    def probe_route(self, profiles: dict[str, dict], model: Any) -> Route | None:
+        """The route the start-up probes take: this head, then the other members of
+        ``profiles`` in their order, cut evenly over the model's valid interior cuts;
+        None when the chain is one member, the model has too few cuts, or the head has
+        no channel to the next member."""
+        members = list(profiles)
+        cuts = [k for k in range(1, model.n) if model.valid[k]]
+        if len(members) < 2 or self.instance not in members or len(cuts) < len(members) - 1:
+            return None
+        members = [self.instance, *[m for m in members if m != self.instance]]
+        if members[1] not in self.downstream:
+            return None
+        step = len(cuts) / len(members)
+        return Route(tuple(members), tuple(cuts[int(step * (i + 1))]
+                                           for i in range(len(members) - 1)))
+
     def probe_busy(self, profiles: dict[str, dict], model: Any,
                    in_flight: int = 4) -> dict[str, float]:
         """Each chain member's layers' CPU with ``in_flight`` inferences in the chain
@@ -225,16 +235,9 @@ class EdgeRole(ChainMember):
         their CPU in its start-up profile (``layers_cpu``): how much more a busy stage's
         layers cost than its profile says, clamped to 0.8-2. Empty for a member without
         per-layer CPU times, and when the chain is one member or the probe fails."""
-        members = list(profiles)
-        cuts = [k for k in range(1, model.n) if model.valid[k]]
-        if len(members) < 2 or self.instance not in members or len(cuts) < len(members) - 1:
+        route = self.probe_route(profiles, model)
+        if route is None:
             return {}
-        members = [self.instance, *[m for m in members if m != self.instance]]
-        if members[1] not in self.downstream:
-            return {}
-        step = len(cuts) / len(members)
-        route = Route(tuple(members), tuple(cuts[int(step * (i + 1))]
-                                            for i in range(len(members) - 1)))
         try:
             busy = self.head.probe_busy(route, self.inputs, in_flight=in_flight)
         except Exception as exc:  # the plan can still be made, at the profiles' CPU

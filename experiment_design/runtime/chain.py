@@ -426,8 +426,7 @@ class ChainHead:
 
         ``count`` unrecorded inferences, one at a time, through throughput mode's threads
         and queues (``pipe``, as a throughput run uses them; else on latency mode's single
-        thread), after two that build each
-        range's code. Each participant's process CPU clock is read at the start of its
+        thread), after two that build each range's code. Each participant's process CPU clock is read at the start of its
         compute: between its first and its last inference it spent that much CPU on
         ``count - 1`` inferences, of which its layers took the median of their compute
         windows' CPU each. The rest, per inference, is returned by participant (never
