@@ -10,11 +10,13 @@ CPU that slow; `tests/integration/test_lab_pacer.py` repeats it): under 0.6 core
 before, and that is what the pacer emulates.
 
 Every tick (1 ms by default) the pacer reads the CPU clock of each paced process and
-keeps a credit per host: it grows by the host's fraction of the tick, shrinks by the CPU
-time the host used, and is capped at one tick's worth, so an idle host cannot save up a
-burst. A host whose credit is spent is stopped (SIGSTOP to each of its threads) until a
-tick's worth of credit is back (the pacer wakes for that between ticks), so it gets its
-fraction of CPU time at a tick's granularity, busy or not; time a host waits for a CPU is
+keeps a credit per host (:class:`Credit`): it grows by the host's fraction of the wall
+time, shrinks by the CPU time the host used, and is capped at one tick's worth; an idle
+gap earns nothing, so an idle host cannot save up a burst, and a burst pays, later in
+the burst, for the part it ran at full speed before the pacer's tick saw it. A host whose
+credit is spent is stopped (SIGSTOP to each of its threads) until a tick's worth of
+credit is back (the pacer wakes for that between ticks), so it gets its fraction of CPU
+time at a tick's granularity, busy or not; time a host waits for a CPU, or stopped, is
 not charged to it. The kernel adds a running thread's time to its process's clock only at a context
 switch or its own tick, so a thread of the pacer on every CPU wakes just before each tick
 and its real-time wake-up makes that context switch.
@@ -23,10 +25,12 @@ and its real-time wake-up makes that context switch.
 the cgroup freezer does the same), and that work is CPU time of the host, so a stopped
 host waits for a whole tick's worth of credit (``resume_level``) rather than for 0. A
 longer tick stops a host less often and costs the pacer less (11% of a core at 1 ms, 6%
-at 2 ms, three busy hosts), but lets a burst after idle run longer at full speed. Lone
-bursts of 2 / 7 / 20 ms at 0.25 core, wall x fraction / CPU: 0.80 / 0.96 / 0.99 at a 1 ms
-tick, 0.39 / 0.91 / 0.96 at 2 ms (0.61 / 0.90 / 0.99 and 0.60 / 0.84 / 0.97 at 0.6 core);
-a busy loop gets 0.60 of a core under 0.6 (0.25 under 0.25) at each. A 3-host pipeline
+at 2 ms, three busy hosts), but lets a burst shorter than a tick run at full speed. Lone
+bursts of 2 / 7 / 20 ms at 0.25 core, wall x fraction / CPU (median of 24, two runs):
+0.93-0.97 / 0.98-0.99 / 1.00 at a 1 ms tick, 0.65-0.72 / 0.91-0.97 / 0.99 at 2 ms; at
+0.6 core 0.97-1.03 / 1.02 / 0.99-1.01 and 0.61-1.24 / 1.01-1.02 / 0.99 (a 2 ms burst at a
+2 ms tick is either seen or not: its mean was 0.94-1.05). A busy loop gets 0.60 of a core
+under 0.6 (0.25 under 0.25) at each. A 3-host pipeline
 (`tracr bench pipeline`) ran 55-61 inferences/s at a 2 ms tick, 45-49 at 1 ms.
 The pacer is one process per lab (started by ``lab up``, stopped by ``lab
 down``), at a real-time priority so its ticks keep time. It paces every process in a
@@ -46,6 +50,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from app_api.lab.system import pid_alive
@@ -58,13 +63,73 @@ _CHECK_S = 1.0  # how often the pacer checks that its lab still exists
 _LEAD_S = 30e-6  # the tickers wake this much before the pacer reads the clocks
 _RECHECK_S = 0.02  # how long a process found to be sshd is taken to stay sshd
 _EPS_S = 5e-6  # a stopped host this close to its resume level is continued
+IDLE_SHARE = 0.05  # a running host that used less of the wall time than this lulled,
+IDLE_GAP_S = 0.004  # and one that lulled this long was idle (see Credit)
 READY = "pacing from pacer"  # the line the pacer logs once it paces (see run())
 
 
 def step(credit: float, fraction: float, dt: float, used: float, depth: float) -> float:
     """A host's credit after ``dt`` of wall time in which it used ``used`` of CPU time:
-    it earns ``fraction`` of the wall time and is capped at ``depth`` (no saving up)."""
+    it earns ``fraction`` of the wall time and is capped at ``depth`` (what a stopped host
+    waits for, :func:`resume_level`). For a host busy or stopped the whole interval; see
+    :class:`Credit` for one that idles."""
     return min(depth, credit + fraction * dt - used)
+
+
+class Credit:
+    """One paced host's credit: :func:`step`, except that an idle gap earns nothing.
+
+    The pacer sees a running host only at its ticks, so a burst runs at full speed until
+    the next one. When idle time earned credit (up to a tick's worth), that time was
+    spent at once: the debt of a burst's unnoticed start was paid while idle, and every
+    lone burst began with a tick's worth; 7 ms of CPU after an idle gap on a 0.6 host at
+    a 2 ms tick took 0.84 of the wall time a CPU that slow takes, 2 ms 0.60 (full speed).
+    A slower CPU would have spent that idle time still computing. So once a running host
+    has used under ``IDLE_SHARE`` of the wall time for at least ``IDLE_GAP_S``, that gap
+    earns nothing when its next burst begins: the idle tail of the last busy interval
+    before it is taken back, the interval the burst starts in earns on the CPU time it
+    used (it ran at full speed since it started), and a debt is paid in that burst. A
+    shorter lull keeps what it earned: a host waiting for a CPU uses little too, and time
+    a host waits for a CPU is not charged to it (taking every lull for idle, three busy
+    0.6 hosts on two CPUs got 0.49, 0.50 and 0.60 of a core, against 0.54 each). A
+    stopped host's wait earns, up to ``depth``."""
+
+    def __init__(self, fraction: float, depth: float) -> None:
+        self.fraction = fraction
+        self.depth = depth
+        self.value = 0.0
+        self._lull = 0.0  # wall time of the current run of nearly idle intervals
+        self._before = 0.0  # the credit as that run began, less what it must give back
+        self._tail = 0.0  # what the last busy interval earned beyond the CPU it used
+
+    def update(self, dt: float, used: float, running: bool,
+               runnable: Callable[[], bool] | None = None) -> float:
+        """The credit after ``dt`` of wall time in which the host used ``used`` of CPU
+        time, ``running`` (not stopped) or stopped. ``runnable``: whether a thread of the
+        host is running or waiting for a CPU now, asked once a lull reaches
+        ``IDLE_GAP_S``: a host that is, was not idle (it waited for a CPU, or its CPU
+        clock lagged), and its lull starts over."""
+        f = self.fraction
+        if not running:
+            self.value = step(self.value, f, dt, used, self.depth)
+            self._lull = self._tail = 0.0
+        elif used < IDLE_SHARE * dt:
+            if self._lull == 0.0:
+                self._before = self.value - self._tail
+            lull = self._lull + dt
+            self._before -= used
+            self.value = step(self.value, f, dt, used, self.depth)
+            if self._lull < IDLE_GAP_S <= lull and runnable is not None and runnable():
+                lull = 0.0
+            self._lull = lull
+        else:
+            base, earned = self.value, f * dt
+            if self._lull >= IDLE_GAP_S:  # it was idle: the gap earned nothing
+                base, earned = self._before, f * used
+            self.value = min(self.depth, base + earned - used)
+            self._tail = f * max(0.0, dt - used)
+            self._lull = 0.0
+        return self.value
 
 
 def resume_level(fraction: float, tick: float) -> float:
@@ -176,6 +241,19 @@ class _Hosts:
             except ProcessLookupError:
                 pass
 
+    def runnable(self, pids: list[int]) -> bool:
+        """Whether a thread of the processes ``pids`` is running or waiting for a CPU."""
+        now = time.monotonic()
+        for pid in pids:
+            for tid in self._threads(pid, now):
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                        if fh.read().rsplit(b")", 1)[1][1:2] == b"R":
+                            return True
+                except OSError:
+                    continue
+        return False
+
     def pids(self, i: int) -> list[int]:
         now = time.monotonic()
         with open(self.files[i]) as fh:
@@ -239,6 +317,7 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
         pass
     paced = [i for i, f in enumerate(fractions) if f < 1.0]
     credit = {i: 0.0 for i in paced}
+    account = {i: Credit(fractions[i], fractions[i] * tick) for i in paced}
     resume = {i: resume_level(fractions[i], tick) for i in paced}
     stopped = {i: False for i in paced}
     known: dict[int, set[int]] = {i: set() for i in paced}
@@ -278,8 +357,8 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
                 new = [p for p in pids if p not in known[i]]
                 known[i] = set(pids)
                 used = hosts.used(pids, last[i])
-                credit[i] = step(credit[i], fractions[i], now - last_t[i], used,
-                                 fractions[i] * tick)
+                credit[i] = account[i].update(now - last_t[i], used, not stopped[i],
+                                              lambda pids=pids: hosts.runnable(pids))
                 last_t[i] = now
                 if credit[i] < 0 and not stopped[i]:
                     hosts.send(pids, signal.SIGSTOP)

@@ -130,6 +130,14 @@ def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_f
         shares = [cgroup.measure_share(group, seconds=1.0) for _ in range(2)]
     finally:
         stop_pid(pid)
+    # at a 2 ms tick a 7 ms burst after an idle gap runs as slowly as a 0.6 CPU would:
+    # when idle time earned credit, it began with a tick's worth and the debt of its
+    # unnoticed start was paid while idle (0.84-0.85 of that wall time)
+    pid = _pace(group, 0.6, alive, period_us=2000)
+    try:
+        tick2 = [x * 0.6 for x in _bursts(group, 7.0)]
+    finally:
+        stop_pid(pid)
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     # a CPU a quarter as fast takes 4x the CPU time; the quota ran it at full speed (1x);
     # paced, a burst this short gets at most a tick's credit at full speed (measured 2.7x)
@@ -140,6 +148,7 @@ def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_f
     # waiting main thread, which did not get the CPU before it was continued: 1.3-1.5x
     # at 0.5 core)
     assert 2.2 < mean(worker) < 5.0, worker
+    assert 0.92 < mean(tick2) < 1.15, tick2
 
 
 def test_the_pacer_continues_its_host_when_stopped_or_its_lab_is_gone(group, busy, tmp_path):

@@ -111,3 +111,80 @@ def test_a_busy_host_is_stopped_once_in_several_ticks_not_at_every_tick(fraction
     assert rate <= 0.26
     if fraction > 0.5:
         assert _stops_per_tick(fraction, 0.0)[1] > 0.99  # the rule before
+
+
+def _burst_wall(fraction: float, work: float, credit_of, tick: float = 2.0,
+                bursts: int = 400) -> float:
+    """Mean wall time x ``fraction`` / CPU time of bursts of ``work`` ms of CPU after idle
+    gaps of 5-25 ms (as in the lab test), the pacer looking every ``tick`` ms (0.05 ms
+    steps): 1.0 is a CPU ``fraction`` as fast. ``credit_of(dt, used, running)`` is the
+    rule."""
+    import random
+
+    rng = random.Random(1)
+    dt = 0.05
+    walls, left, idle, wall = [], 0.0, rng.uniform(5.0, 25.0), 0.0
+    stopped, used, since, phase = False, 0.0, 0.0, 0.0
+    while len(walls) < bursts:
+        since, phase = since + dt, phase + dt
+        if left > 0:
+            wall += dt
+            if not stopped:
+                left -= dt
+                used += dt
+            if left <= 1e-9:
+                walls.append(wall * fraction / work)
+                left, idle, wall = 0.0, rng.uniform(5.0, 25.0), 0.0
+        else:
+            idle -= dt
+            if idle <= 1e-9:
+                left, idle = work, 0.0
+        # the pacer looks at a running host at its ticks, at a stopped one as its credit
+        # comes back (wake_at)
+        if phase >= tick - 1e-9 or stopped:
+            credit = credit_of(since, used, not stopped)
+            stopped = credit < 0 if not stopped else credit < fraction * tick - 1e-9
+            since = used = 0.0
+        if phase >= tick - 1e-9:
+            phase = 0.0
+    return sum(walls) / len(walls)
+
+
+def test_an_idle_gap_earns_nothing_so_a_lone_burst_runs_evenly_slower():
+    # Regression: when idle time earned credit, a burst after an idle gap began with a
+    # tick's worth and the debt of its unnoticed start was paid while idle: on a 0.6 host
+    # at a 2 ms tick, 7 ms bursts took 0.84 of the wall time a CPU that slow takes.
+    f, depth = 0.6, 0.6 * 2.0
+    old = [0.0]
+
+    def by_step(dt, used, running):
+        old[0] = pacer.step(old[0], f, dt, used, depth)
+        return old[0]
+
+    new = pacer.Credit(f, depth)
+    assert _burst_wall(f, 7.0, by_step) < 0.9  # 0.83 (0.84 measured in the lab test)
+    assert _burst_wall(f, 7.0, new.update) == pytest.approx(1.0, abs=0.05)
+    # a busy host, whose credit is the same as before, gets its fraction
+    busy, stopped, ran = pacer.Credit(f, depth), False, []
+    for _ in range(4000):
+        ran.append(not stopped)
+        credit = busy.update(0.5, 0.0 if stopped else 0.5, not stopped)
+        stopped = credit < 0 if not stopped else credit < depth - 1e-9
+    assert sum(ran) / len(ran) == pytest.approx(f, abs=0.02)
+
+
+def test_a_lull_while_the_host_waits_for_a_cpu_keeps_its_credit():
+    # A running host that used nothing for 3 ticks of 2 ms: idle (it earns nothing) unless
+    # a thread of it was runnable, i.e. waiting for a CPU (as a stopped host, it earns).
+    def after_lull(runnable: bool) -> float:
+        c = pacer.Credit(0.6, 1.2)
+        c.update(2.0, 2.0, True)  # busy: 1.2 - 2 = -0.8
+        for _ in range(3):
+            c.update(2.0, 0.0, True, lambda: runnable)
+        return c.update(2.0, 1.0, True)  # a burst begins: used 1 ms of its 2 ms
+
+    waited, idled = after_lull(True), after_lull(False)
+    assert waited == pytest.approx(1.2)  # earned through the lull, capped at the depth
+    # idle: the debt stays and the burst's interval earns on the CPU it used (0.6 of 1 ms)
+    # less the idle tail of the busy interval before (nothing: that one used all 2 ms)
+    assert idled == pytest.approx(-0.8 + 0.6 - 1.0)
