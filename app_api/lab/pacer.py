@@ -316,8 +316,7 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
     except OSError:
         pass
     paced = [i for i, f in enumerate(fractions) if f < 1.0]
-    credit = {i: 0.0 for i in paced}
-    account = {i: Credit(fractions[i], fractions[i] * tick) for i in paced}
+    credit = {i: Credit(fractions[i], fractions[i] * tick) for i in paced}
     resume = {i: resume_level(fractions[i], tick) for i in paced}
     stopped = {i: False for i in paced}
     known: dict[int, set[int]] = {i: set() for i in paced}
@@ -338,7 +337,7 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
             # wake at the next tick, or sooner where a stopped host's credit comes back:
             # held to the tick, a host that overran by 0.4 ms sat out a whole tick while
             # a CPU idled (three busy 0.6 hosts got 0.49, 0.49 and 0.60 of a core)
-            wake = wake_at(nxt, [(last_t[i], credit[i], fractions[i], resume[i])
+            wake = wake_at(nxt, [(last_t[i], credit[i].value, fractions[i], resume[i])
                                  for i in paced if stopped[i]])
             delay = wake - time.perf_counter()
             if delay > 0:
@@ -357,13 +356,13 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
                 new = [p for p in pids if p not in known[i]]
                 known[i] = set(pids)
                 used = hosts.used(pids, last[i])
-                credit[i] = account[i].update(now - last_t[i], used, not stopped[i],
-                                              lambda pids=pids: hosts.runnable(pids))
+                value = credit[i].update(now - last_t[i], used, not stopped[i],
+                                         lambda pids=pids: hosts.runnable(pids))
                 last_t[i] = now
-                if credit[i] < 0 and not stopped[i]:
+                if value < 0 and not stopped[i]:
                     hosts.send(pids, signal.SIGSTOP)
                     stopped[i] = True
-                elif stopped[i] and credit[i] >= resume[i] - _EPS_S:
+                elif stopped[i] and value >= resume[i] - _EPS_S:
                     hosts.send(pids, signal.SIGCONT)
                     stopped[i] = False
                 elif stopped[i] and new:
