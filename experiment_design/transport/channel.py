@@ -308,8 +308,8 @@ class DataChannel:
                 buffers = [b for e in encoded for b in e.buffers]
                 raw = sum(e.raw_nbytes for e in encoded)
             payload = sum(map(len, buffers))
-            # a lossy tensor's scales and zero points ride in the table: they are part of
-            # what the cut costs, and per channel they are not small
+            # an image's scales, offsets and sizes ride in the table (a quantizer's scales
+            # and zero points in the payload): they are part of what the cut costs
             params = sum(e.param_nbytes for e in encoded if e.lossy is not None)
         else:
             head, buffers, raw, payload = pack_head(header, ()), (), 0, 0

@@ -25,7 +25,7 @@ import torch
 from experiment_design.constants import CODECS, FILTERS, GRANULARITIES, LOSSY
 from experiment_design.errors import TracrError, UnknownNameError
 from experiment_design.transport.errors import ProtocolError
-from experiment_design.transport.lossy import Lossy, parse_lossy, reduce, restore_into
+from experiment_design.transport.lossy import Lossy, param_nbytes, parse_lossy, reduce, restore_into
 
 _CODEC_SET = frozenset(CODECS)
 CHUNK_BYTES = 1 << 28  # raw bytes per blosc2 chunk; blosc2's own limit is just under 2 GiB
@@ -233,8 +233,9 @@ class EncodedTensor:
 
     @property
     def param_nbytes(self) -> int:
-        """Bytes the reduction's parameters (scales, zero points, sizes) add to the table."""
-        return 0 if self.lossy is None else len(_ENTRY_JSON(self.lossy))
+        """Bytes the reduction's parameters add to the table (an image's scales, offsets and
+        sizes; a quantizer's scales and zero points are in the payload)."""
+        return param_nbytes(self.lossy, _ENTRY_JSON)
 
     def payload(self) -> bytes:
         """The payload as one bytes object (what follows the header on the wire)."""
@@ -334,7 +335,7 @@ class TensorEntry(NamedTuple):
     codec: str
     chunks: tuple[int, ...]
     lossy: Lossy | None = None
-    param_nbytes: int = 0  # bytes of the entry's "lossy" object (as EncodedTensor's)
+    param_nbytes: int = 0  # bytes of parameters in the entry's "lossy" object (as EncodedTensor's)
 
     @property
     def reduced(self) -> bool:
@@ -369,7 +370,7 @@ def parse_entry(d: Any) -> TensorEntry:
     stored, pbytes = raw, 0
     if lossy is not None:
         checked = parse_lossy(lossy, name, dtype, shape, raw)
-        pbytes = len(_ENTRY_JSON(lossy))  # what the sender counted; finite once checked
+        pbytes = param_nbytes(lossy, _ENTRY_JSON)  # what the sender counted; finite once checked
         lossy = checked  # validated: plain numbers and strings
         if lossy.method != "none":
             stored = lossy.nbytes

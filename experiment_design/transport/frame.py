@@ -19,7 +19,7 @@ The table and the caller's header are separate so that the table, which is the s
 every inference of a split (same names, dtypes and shapes), is encoded once by the
 sender and validated once by the receiver; later frames reuse the cached text and the
 cached validated entries. Compressed tensors (varying chunk sizes) and reduced ones
-(scales that vary per frame) are encoded afresh per frame; the receiver's cache is keyed
+(an image's scales and sizes vary per frame) are encoded afresh per frame; the receiver's cache is keyed
 on the table's exact bytes, so two tables that differ in one scale are two tables.
 Everything a peer declares is checked against :class:`Limits` before any memory is set
 aside for it, and the entries must add up to the prefix's counts, so a confused or
@@ -46,7 +46,7 @@ from experiment_design.transport.codec import (
 from experiment_design.transport.errors import ProtocolError
 
 MAGIC = b"TRCF"
-VERSION = 4  # 4: tensor entries may carry "lossy"
+VERSION = 5  # 4: tensor entries may carry "lossy"; 5: int8/int4 parameters in the payload
 PREFIX = struct.Struct("!4sBBHIIQ")
 # One encoder for every frame: json.dumps() with options builds a new encoder per call.
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -137,7 +137,7 @@ def pack_head(header: dict[str, Any], tensors: Sequence[EncodedTensor]) -> bytes
 def _table_text(tensors: Sequence[EncodedTensor]) -> bytes:
     # Raw tensors' entries depend only on name, dtype and shape: a split sends the same
     # ones on every inference, so their text is built once. Compressed entries carry
-    # per-frame chunk sizes, reduced ones per-frame scales: both are always encoded afresh.
+    # per-frame chunk sizes, reduced ones a lossy object: both are always encoded afresh.
     key = []
     for t in tensors:
         if t.codec != "none" or t.lossy is not None:

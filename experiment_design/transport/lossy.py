@@ -5,18 +5,21 @@ the entry's ``"lossy"`` object says what was done, so the receiver restores the 
 dtype and shape from the entry alone, whatever its own configuration::
 
     {"method": "float16"}  {"method": "bfloat16"}              a cast
-    {"method": "int8", "scale": [s], "zero_point": [z]}        affine: x = (q - z) * s
-    {"method": "int4", "scale": [s, ...], "zero_point": [...]} the same, 4 bits, two a byte
+    {"method": "int8"}                                         affine: x = (q - z) * s
+    {"method": "int4", "channels": 64}                         the same, 4 bits, two a byte
     {"method": "jpeg", "quality": 90, "scale": [...],          one image per batch item,
      "offset": [...], "sizes": [...]}                          x = pixel * scale + offset
     {"method": "none", "wanted": "int8", "why": "non-finite"}  asked for, not applied
 
-int8/int4 parameters are one value (per tensor) or one per channel (dim 1 of a tensor of 3
-or more dimensions; a 2-D (N, F) tensor goes per tensor). Their range
-always holds 0 (as PyTorch's observers do), so a zero point is an integer in 0..qmax, a
-zero is sent exactly and every value is restored within ``scale / 2``; an all-zero tensor
-or channel has scale 0. int4 packs the first of each pair in the low nibble; an odd count
-is padded with one nibble. jpeg/webp map each channel of an ``(N, C, H, W)`` batch with
+int8/int4 parameters are one scale and zero point (per tensor) or one per channel
+(``channels``: dim 1 of a tensor of 3 or more dimensions; a 2-D (N, F) tensor goes per
+tensor). They lead the reduced bytes, in binary: the scales as little-endian float32,
+then the zero points as one byte each, then the quantized values (5 bytes per tensor or
+channel: as JSON in the table they took 40-60, which kept int8 of resnet18's 512 pooled
+features at 3.61x fewer bytes than float32). Their range always holds 0 (as PyTorch's
+observers do), so a zero point is an integer in 0..qmax, a zero is sent exactly and every
+value is restored within ``scale / 2``; an all-zero tensor or channel has scale 0. int4
+packs the first of each pair in the low nibble; an odd count is padded with one nibble. jpeg/webp map each channel of an ``(N, C, H, W)`` batch with
 C in (1, 3) (a model's input: the compressed-input baseline) onto 0..255 and encode each
 item with Pillow.
 
@@ -49,8 +52,8 @@ _KEYS = {
     "none": {"method", "wanted", "why"},
     "float16": {"method"},
     "bfloat16": {"method"},
-    "int8": {"method", "scale", "zero_point"},
-    "int4": {"method", "scale", "zero_point"},
+    "int8": {"method", "channels"},
+    "int4": {"method", "channels"},
     "jpeg": {"method", "quality", "scale", "offset", "sizes"},
     "webp": {"method", "quality", "scale", "offset", "sizes"},
 }
@@ -61,10 +64,39 @@ class Lossy(NamedTuple):
 
     method: str  # "none": asked for and not applied (``why`` says why)
     nbytes: int  # bytes of the reduced form, before the lossless codec
-    scale: tuple[float, ...] = ()
-    zero: tuple[float, ...] = ()  # zero points (int8/int4) or offsets (jpeg/webp)
+    scale: tuple[float, ...] = ()  # jpeg/webp (int8/int4 carry theirs in the reduced bytes)
+    zero: tuple[float, ...] = ()  # offsets (jpeg/webp)
     sizes: tuple[int, ...] = ()  # bytes of each image (jpeg/webp)
     why: str = ""
+    channels: int = 1  # int8/int4: scales and zero points leading the reduced bytes
+
+
+#: Bytes of one scale (float32) and one zero point (uint8) before a quantized tensor's values.
+PARAM_BYTES = 5
+
+
+def param_nbytes(lossy: dict[str, Any] | None, encode: Any) -> int:
+    """Bytes a reduction's parameters add to the table (``encode``: the table's JSON
+    encoder): the object beyond naming its method, which is framing like a dtype or a
+    codec. An image's scales, offsets and sizes; a per-channel quantizer's channel count
+    (its scales and zero points ride in the payload); nothing for a cast or a skip."""
+    if lossy is None or lossy.get("method") == "none":
+        return 0
+    return len(encode(lossy)) - len(encode({"method": lossy["method"]}))
+
+
+def quant_params(data: Any, channels: int, qmax: int, name: str = "x") -> tuple[Any, Any]:
+    """The scales (float32) and zero points (uint8) leading a quantized tensor's reduced
+    bytes, checked: finite, non-negative scales and zero points within 0..``qmax``."""
+    if len(data) < PARAM_BYTES * channels:
+        raise ProtocolError(f"tensor {name!r}: reduced bytes shorter than their parameters")
+    scale = np.frombuffer(data, "<f4", channels, 0).astype(np.float32)
+    zero = np.frombuffer(data, np.uint8, channels, 4 * channels)
+    if not (np.isfinite(scale).all() and (scale >= 0).all()):
+        raise ProtocolError(f"tensor {name!r}: a scale is negative or not finite")
+    if (zero > qmax).any():
+        raise ProtocolError(f"tensor {name!r}: zero points must be integers 0-{qmax}")
+    return scale, zero
 
 
 def _floats(t: torch.Tensor) -> list[float]:
@@ -136,12 +168,16 @@ def _quantize(t: torch.Tensor, method: str, granularity: str):
         if q.numel() % 2:
             q = torch.cat([q, q.new_zeros(1)])
         q = q[0::2] | (q[1::2] << 4)
-    params = {
-        "method": method,
-        "scale": _floats(scale),
-        "zero_point": [int(z) for z in zero.cpu().tolist()],
-    }
-    return q.contiguous(), params
+    n = len(scale)
+    if PARAM_BYTES * n + q.numel() >= x.numel() * t.element_size():
+        return _skip(method, "no gain")  # e.g. one float32 value: 5 + 1 bytes for 4
+    head = np.empty(PARAM_BYTES * n, np.uint8)
+    head[: 4 * n] = scale.cpu().numpy().astype("<f4").view(np.uint8)
+    head[4 * n :] = zero.cpu().numpy().astype(np.uint8)
+    params: dict[str, Any] = {"method": method}
+    if per_channel:
+        params["channels"] = n
+    return torch.cat([torch.from_numpy(head), q]), params
 
 
 def _images(t: torch.Tensor, method: str, quality: int):
@@ -215,18 +251,18 @@ def parse_lossy(d: Any, name: str, dtype: str, shape: list[int], raw: int) -> Lo
             raise ProtocolError(f"tensor {name!r}: {method} of a {dtype} tensor")
         return Lossy(method, numel * 2)
     if method in QMAX:
-        channels = len(d["scale"]) if type(d.get("scale")) is list else -1
-        if channels != 1 and not (len(shape) >= 2 and channels == shape[1]):
+        channels = d.get("channels", 1)
+        if type(channels) is not int or channels < 1 or (
+            channels != 1 and not (len(shape) >= 3 and channels == shape[1] <= MAX_CHANNELS)
+        ):
             raise ProtocolError(
-                f"tensor {name!r}: {channels} scales for shape {shape}"
-                " (1, or one per channel of dim 1)"
+                f"tensor {name!r}: {str(channels)[:20]} channels for shape {shape}"
+                " (1, or one per channel of dim 1 of a tensor of 3 or more dimensions)"
             )
-        scale = _numbers(d.get("scale"), channels, "scale", name, low=0)
-        zero = _numbers(d.get("zero_point"), channels, "zero_point", name)
-        qmax = QMAX[method]
-        if any(type(z) is not int or not 0 <= z <= qmax for z in zero):
-            raise ProtocolError(f"tensor {name!r}: zero points must be integers 0-{qmax}")
-        return Lossy(method, numel if method == "int8" else (numel + 1) // 2, scale, zero)
+        nbytes = PARAM_BYTES * channels + (numel if method == "int8" else (numel + 1) // 2)
+        if nbytes >= raw:
+            raise ProtocolError(f"tensor {name!r}: {method} of {raw} bytes takes {nbytes}")
+        return Lossy(method, nbytes, channels=channels)
     # jpeg / webp
     _, largest = _IMAGE[method]
     if len(shape) != 4 or shape[1] not in (1, 3) or not 1 <= max(shape[2:]) <= largest:
@@ -256,17 +292,20 @@ def restore_into(
     if method in _CASTS:
         dst.copy_(q.view(_CASTS[method]).view(shape))
     elif method in QMAX:
+        n = lossy.channels
+        scales, zeros = quant_params(arr, n, QMAX[method], name)
+        q = q[PARAM_BYTES * n :]
         numel = dst.numel()
         if method == "int4":
             q = torch.stack([q & 0x0F, q >> 4], dim=1).reshape(-1)[:numel]
         x = q.to(torch.float32).view(shape)
-        if len(lossy.scale) == 1:
-            scale: Any = torch.tensor(lossy.scale[0], dtype=torch.float32)
-            zero: Any = lossy.zero[0]
+        if n == 1:
+            scale: Any = torch.tensor(float(scales[0]), dtype=torch.float32)
+            zero: Any = int(zeros[0])
         else:
-            view = _channel_view(x, len(lossy.scale))
-            scale = torch.tensor(lossy.scale, dtype=torch.float32).view(view)
-            zero = torch.tensor(lossy.zero, dtype=torch.float32).view(view)
+            view = _channel_view(x, n)
+            scale = torch.from_numpy(scales).view(view)
+            zero = torch.from_numpy(zeros.astype(np.float32)).view(view)
         dst.copy_(x.sub_(zero).mul_(scale))
     else:
         _restore_images(lossy, name, shape, data, dst)

@@ -287,17 +287,20 @@ def _lossy_frame(entry: dict, payload: bytes) -> bytes:
 @pytest.mark.parametrize(
     "lossy, shape, payload",
     [
-        ({"method": "int8", "scale": [0.1, 0.1], "zero_point": [0, 0]}, [4, 3], 12),
-        ({"method": "int8", "scale": [float("nan")], "zero_point": [0]}, [4, 3], 12),
+        ({"method": "int8", "channels": 3}, [4, 3], 27),  # per channel of a 2-D tensor
+        # a nan scale leading the values (scales and zero points ride in the payload)
+        ({"method": "int8"}, [4, 3], b"\x00\x00\xc0\x7f\x00" + bytes(12)),
         ({"method": "jpeg", "quality": 10**9, "scale": [1.0] * 3, "offset": [0.0] * 3,
           "sizes": [64]}, [1, 3, 8, 8], 64),
         # a well-formed entry whose "images" are 300 kB of zeros (a large frame)
         ({"method": "webp", "quality": 90, "scale": [1.0] * 3, "offset": [0.0] * 3,
           "sizes": [300_000]}, [1, 3, 256, 256], 300_000),
     ],
-    ids=["scale-list-length", "nan-scale", "huge-quality", "garbage-images"],
+    ids=["channels-of-a-matrix", "nan-scale", "huge-quality", "garbage-images"],
 )
 def test_a_hostile_lossy_entry_is_refused_and_the_channel_closed(lossy, shape, payload):
+    data = payload if isinstance(payload, bytes) else bytes(payload)
+    payload = len(data)
     a, b = socket.socketpair()
     client, server = derive(SECRET, bytes(32), bytes(32), encrypt=False)
     left, right = DataChannel(a, RAW, session=client), DataChannel(b, RAW, session=server)
@@ -307,8 +310,7 @@ def test_a_hostile_lossy_entry_is_refused_and_the_channel_closed(lossy, shape, p
     entry = {"name": "x", "dtype": "float32", "shape": shape, "raw_nbytes": raw,
              "encoded_nbytes": payload, "codec": "none", "chunks": [payload], "lossy": lossy}
     sender = threading.Thread(
-        target=lambda: _catch(lambda: left.send_packed(_lossy_frame(entry, bytes(payload)),
-                                                       [bytes(payload)])),
+        target=lambda: _catch(lambda: left.send_packed(_lossy_frame(entry, data), [data])),
         daemon=True,
     )
     sender.start()

@@ -39,7 +39,7 @@ lossy_objects = st.one_of(
         {"method": st.sampled_from([*LOSSY, "int3", 5])},
         optional={
             "scale": st.lists(numbers, max_size=4),
-            "zero_point": st.lists(big_ints, max_size=4),
+            "channels": big_ints | json_values,
             "offset": st.lists(numbers, max_size=4),
             "sizes": st.lists(big_ints, max_size=3),
             "quality": big_ints,
