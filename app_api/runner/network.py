@@ -180,6 +180,8 @@ def _cpu_quota(report: dict, device: str) -> dict | None:
         out["measured"] = float(cpu["measured"])
     if cpu.get("measured_together"):
         out["measured_together"] = float(cpu["measured_together"])
+        # the lab's hosts share this machine's CPUs (the planner's contention model)
+        out["machine_cpus"] = os.cpu_count() or 1
     return out
 
 

@@ -96,14 +96,36 @@ def device_from_profile(name: str, profile: Mapping | None, layers: Sequence[Map
         models = regression.fit_feature_models(layers, ms)
         ms = [v if v is not None else regression.predict_features(models, row)
               for v, row in zip(ms, layers, strict=True)]
+    shared: dict = {}
     if sustained:
-        f = sustained_factor(profile) * float(busy_factor or 1.0)
-        ms = [v * f for v in ms]
+        f = sustained_factor(profile)
+        ms = [v * f * float(busy_factor or 1.0) for v in ms]
+        shared = sharing(profile) if f > 1 else {}
     mem = memory_bytes if memory_bytes is not None else profile.get("memory_bytes")
     cpu = (profile or {}).get("full_cpu_ms")
     rate = max(1.0, sum(ms) / float(cpu)) if cpu else 1.0  # wall ms per CPU ms
     return DeviceFacts(name, tuple(ms), mem, float(overhead_cpu_ms or 0.0) * rate,
-                       float(ns_per_byte or 0.0) / 1e6 * rate)
+                       float(ns_per_byte or 0.0) / 1e6 * rate, **shared)
+
+
+def sharing(profile: Mapping | None) -> dict:
+    """How a lab host shares the machine's CPUs with the other limited hosts, for
+    :func:`~experiment_design.partitioners.pipeline.contention_gains`: ``cores`` (what a
+    busy loop got alone under its quota), ``uncontended`` (that over what it got with
+    every limited host busy: the times :func:`sustained_factor` plans with) and
+    ``machine_cpus``; empty where the lab did not measure both shares, and for paced
+    hosts (``--cpu-mode duty``): the pacer gives a host that idles between bursts no
+    more than a busy one, so a paced stage runs at the all-busy share however idle the
+    others are (MobileNetV2's stages, busy 48-90% of the time, took 1.72-1.87x their CPU
+    time in wall time, 1.86 all busy, 1.68 alone), where under a CFS quota AlexNet's
+    head ran at 0.597 of a core with the others busy a third and a half of the time,
+    0.56 all busy."""
+    quota = (profile or {}).get("cpu_quota") or {}
+    alone, together = quota.get("measured"), quota.get("measured_together")
+    if not (alone and together) or quota.get("mode", "quota") != "quota":
+        return {}
+    return {"cores": float(alone), "uncontended": max(1.0, float(alone) / float(together)),
+            "machine_cpus": quota.get("machine_cpus")}
 
 
 def _stall_free(profile: Mapping | None, n: int) -> list | None:

@@ -24,6 +24,7 @@ from experiment_design.partitioners.pipeline import (
     PipelineContext,
     Placement,
     Stage,
+    chain_stages,
     count_placements,
     enumerate_placements,
     fits_memory,
@@ -624,3 +625,78 @@ def test_a_busy_stage_is_planned_at_the_cpu_its_layers_take_in_flight():
     assert busy.layer_ms == pytest.approx(tuple(1.3 * v for v in plain.layer_ms))
     alone = device_from_profile("a", profile, rows, busy_factor=1.3)
     assert alone.layer_ms == device_from_profile("a", profile, rows).layer_ms
+
+
+def _lab_host(name: str, ms: list[float], alone: float = 0.6, together: float = 0.55,
+              cpus: int | None = 2) -> DeviceFacts:
+    return DeviceFacts(name, ms, cores=alone, uncontended=alone / together, machine_cpus=cpus)
+
+
+def test_a_plan_that_leaves_lab_hosts_idle_runs_its_bottleneck_at_the_alone_share():
+    """Three lab hosts of 0.6 core share two CPUs: all busy, each got 0.54-0.57 of a core,
+    alone 0.60. Planned at the all-busy share, AlexNet's head (cuts 16/17) was predicted at
+    23.3 ms and ran at 0.596 of a core (21.5 ms a pass) while the other two hosts were busy
+    54% and 31% of the time: predicted over measured 0.906. Regression: the plan's times
+    ignored how busy it keeps the other hosts (the gains did not exist)."""
+    from experiment_design.partitioners.pipeline import contention_gains
+
+    hosts = [_lab_host("e", [1.0]), _lab_host("s", [1.0]), _lab_host("c", [1.0])]
+    u = hosts[0].uncontended
+    # every host busy: the all-busy share is right
+    assert contention_gains(hosts, [20.0 * u] * 3, 20.0) == pytest.approx([1.0] * 3)
+    # the others idle: the bottleneck runs at its alone share, the others gain too
+    gains = contention_gains(hosts, [20.0, 1.0, 1.0], 20.0)
+    assert gains[0] == pytest.approx(u, rel=2e-3) and all(1 < g <= u for g in gains)
+    # in between: at most the alone share, at least the all-busy one
+    mid = contention_gains(hosts, [20.0, 12.0, 7.0], 20.0)
+    assert 1.0 < mid[0] < u
+    # two hosts on two CPUs never contend; a device that is not limited neither gains nor
+    # counts; a machine with more CPUs than the others needs none
+    assert contention_gains(hosts[:2], [20.0 * u] * 2, 20.0) == pytest.approx([u, u])
+    free = DeviceFacts("free", [1.0])
+    assert contention_gains([free, *hosts[1:]], [20.0 * u] * 3, 20.0)[0] == 1.0
+    assert contention_gains([_lab_host(h.name, [1.0], cpus=4) for h in hosts],
+                            [20.0 * u] * 3, 20.0) == pytest.approx([u] * 3)
+
+
+def test_the_contention_gains_shorten_a_throughput_plan_and_never_a_latency_one():
+    model = ModelFacts(n=3, valid=(True,) * 4, crossing_bytes=(0,) * 4, param_bytes=(0,) * 3,
+                       output_bytes=0)
+    shared = {n: _lab_host(n, ms) for n, ms in (("e", [22.0, 0, 0]), ("s", [0, 12.0, 0]),
+                                                ("c", [0, 0, 7.0]))}
+    plain = {n: DeviceFacts(n, d.layer_ms) for n, d in shared.items()}
+    links = full_mesh(shared, LinkFacts(1e9, 0.0))
+    stages = chain_stages(["e", "s", "c"], [1, 2], 3)
+    fast = predict(model, stages, shared, links, "e", "throughput")
+    slow = predict(model, stages, plain, links, "e", "throughput")
+    u = shared["e"].uncontended
+    assert slow.bottleneck_ms / u < fast.bottleneck_ms < slow.bottleneck_ms
+    assert fast.compute_ms[0] == pytest.approx(fast.bottleneck_ms)
+    # one pass at a time: the planned times (not sustained, so never scaled)
+    assert predict(model, stages, shared, links, "e", "latency").predicted_latency_ms == \
+        pytest.approx(predict(model, stages, plain, links, "e", "latency").predicted_latency_ms)
+    # the head alone: nothing contends, the alone share
+    alone = predict(model, [Stage("e", 1, 3)], shared, links, "e", "throughput")
+    assert alone.bottleneck_ms == pytest.approx(22.0 / u)
+    # the facts survive their JSON form
+    d = shared["e"]
+    assert DeviceFacts.from_dict(json.loads(json.dumps(d.to_dict()))) == d
+
+
+def test_a_lab_host_profile_gives_the_planner_its_two_shares():
+    from experiment_design.partitioners.pipeline_partitioners import device_from_profile
+
+    quota = {"quota_ms": 6.0, "period_ms": 10.0, "fraction": 0.6, "source": "lab",
+             "measured": 0.6, "measured_together": 0.55, "machine_cpus": 2}
+    profile = {"layers": {"1": 2.0, "2": 2.0}, "layers_cpu": {"1": 1.0, "2": 1.0},
+               "full_ms": 2.0, "full_cpu_ms": 2.0, "cpu_quota": quota}
+    dev = device_from_profile("a", profile, [{}, {}], sustained=True)
+    assert dev.layer_ms == pytest.approx((1.0 / 0.55, 1.0 / 0.55))
+    assert (dev.cores, dev.machine_cpus) == (0.6, 2)
+    assert dev.uncontended == pytest.approx(0.6 / 0.55)
+    # one pass at a time, a paced host, or a lab that measured one share only: no gains
+    assert device_from_profile("a", profile, [{}, {}]).uncontended == 1.0
+    paced = {**profile, "cpu_quota": {**quota, "mode": "duty"}}
+    assert device_from_profile("a", paced, [{}, {}], sustained=True).cores is None
+    quota.pop("measured_together")
+    assert device_from_profile("a", profile, [{}, {}], sustained=True).cores is None
