@@ -127,13 +127,17 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
     """AlexNet on three lab hosts: ``exhaustive`` measures every cut pair of the chain, then
     the best few and pipeline-dp's choice are measured again, in turn and longer (the best of
     ~190 short measurements is biased high by noise). pipeline-dp's choice reaches 95% of the
-    best; its predicted throughput is within 10% of what its choice measures. Not in the
-    default suite (~5 minutes on 2 cores); run with ``-m long``."""
+    best; its predicted throughput is within 10% of what its choice measures in the run it
+    was predicted in (192 inferences), as every run's ``predicted_over_measured`` scores it:
+    the races come minutes later, and this machine's speed drifts over minutes (the same
+    head's layers 1..13 took 14.1 ms of CPU a pass in pipeline-dp's run and 12.3 ms in a
+    race eight minutes later). Not in the default suite (~8 minutes on 2 cores); run with
+    ``-m long``."""
     import json
 
     from app_api.results.store import read_configs
 
-    dp = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=48",
+    dp = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=192",
                           "pipeline.in_flight=4", "pipeline.baselines=false"], cfg / "dp")
     assert dp.ok, dp.errors
     chosen = dp.summary["pipeline"]["chosen"]
@@ -146,11 +150,16 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
     ranked = sorted(rows, key=lambda r: -r["throughput_per_s"])
     contenders = [tuple(r["cuts"]) for r in ranked[:3]]
     dp_cuts = tuple(chosen["cuts"])
-    if len(dp_cuts) == 2 and dp_cuts not in contenders:
+    dp_chain = list(chosen.get("chain") or [])
+    same_chain = dp_chain == ["edge-1", "stage-1", "cloud-1"]
+    if same_chain and dp_cuts not in contenders:
         contenders.append(dp_cuts)
-    # the contenders again, each in turn, four times over, 96 inferences a time
+    # the contenders again, each in turn, four times over, 96 inferences a time; pipeline-dp's
+    # choice on another order of the hosts (or on fewer of them) is raced beside them in each
+    # round on its own chain, so that it is compared with the best on equal terms
     cuts = "[" + ",".join(f"[{a},{b}]" for a, b in contenders) + "]"
     again: dict[tuple, list[float]] = {c: [] for c in contenders}
+    dp_again: list[float] = []
     for i in range(4):
         race = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=96",
                                 "pipeline.in_flight=4", "pipeline.baselines=false",
@@ -160,27 +169,35 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
         for r in read_configs(race.run_dir):
             if tuple(r["cuts"]) in again and r["mode"] == "throughput":
                 again[tuple(r["cuts"])].append(r["throughput_per_s"])
+        if not same_chain:
+            own = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=96",
+                                   "pipeline.in_flight=4", "pipeline.baselines=false",
+                                   "partitioner.name=exhaustive",
+                                   f"+partitioner.params.chain=[{','.join(dp_chain)}]",
+                                   f"+partitioner.params.stages={len(dp_chain)}",
+                                   "+partitioner.params.cuts=[["
+                                   + ",".join(str(k) for k in dp_cuts) + "]]"],
+                       cfg / f"race-dp-{i}")
+            assert own.ok, own.errors
+            dp_again += [r["throughput_per_s"] for r in read_configs(own.run_dir)
+                         if r["mode"] == "throughput"]
     best = {c: sum(v) / len(v) for c, v in again.items()}
     top = max(best, key=best.get)
-    # pipeline-dp's choice: measured in the race when it is a cut pair on the race's chain
-    # (longer), else in its own run (pipeline-dp may order the hosts differently)
-    same_chain = list(chosen.get("chain") or []) == ["edge-1", "stage-1", "cloud-1"]
-    dp_measured = (best[dp_cuts] if same_chain and dp_cuts in best
-                   else dp.summary["throughput_per_s"])
-    dp_cuts_raced = best.get(dp_cuts, dp_measured)
+    dp_raced = best[dp_cuts] if same_chain else sum(dp_again) / len(dp_again)
     predicted = next(c["predicted_throughput_per_s"] for c in dp.summary["pipeline"]["configs"]
                      if c["mode"] == "throughput")
+    own_run = dp.summary["throughput_per_s"]
     report = {
         "configs_swept": len(rows), "sweep_top3": [(r["cuts"], round(r["throughput_per_s"], 2))
                                                    for r in ranked[:3]],
         "raced": {str(list(c)): round(v, 2) for c, v in best.items()},
-        "pipeline_dp": {"cuts": list(dp_cuts), "chain": chosen.get("chain"),
-                        "predicted_per_s": predicted, "measured_per_s": round(dp_measured, 2),
-                        "own_run_per_s": round(dp.summary["throughput_per_s"], 2),
-                        "raced_per_s": round(dp_cuts_raced, 2)},
-        "dp_over_best": round(dp_cuts_raced / best[top], 3),
-        "predicted_over_measured": round(predicted / dp_measured, 3) if predicted else None,
+        "pipeline_dp": {"cuts": list(dp_cuts), "chain": dp_chain,
+                        "predicted_per_s": predicted, "measured_per_s": round(own_run, 2),
+                        "raced_per_s": round(dp_raced, 2)},
+        "dp_over_best": round(dp_raced / best[top], 3),
+        "predicted_over_measured": round(predicted / own_run, 3) if predicted else None,
+        "predicted_over_raced": round(predicted / dp_raced, 3) if predicted else None,
     }  # fmt: skip
     print("\nEXHAUSTIVE " + json.dumps(report, indent=2))
-    assert dp_cuts_raced >= 0.95 * best[top], report
-    assert predicted and abs(predicted / dp_measured - 1) <= 0.10, report
+    assert dp_raced >= 0.95 * best[top], report
+    assert predicted and abs(predicted / own_run - 1) <= 0.10, report
