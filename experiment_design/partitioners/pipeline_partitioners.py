@@ -263,7 +263,10 @@ class PipelineDP(Partitioner):
                           # what a stage on each device pays beside its layers: per
                           # inference, and per byte it receives or sends
                           "overhead_ms": {c: pctx.devices[c].overhead_ms for c in names},
-                          "byte_ms": {c: pctx.devices[c].byte_ms for c in names}}
+                          "byte_ms": {c: pctx.devices[c].byte_ms for c in names},
+                          # how much faster than planned (all hosts busy) a device runs
+                          # when the others idle (plain-quota lab hosts; 1: no gain)
+                          "uncontended": {c: pctx.devices[c].uncontended for c in names}}
         return [placement]
 
     def setup(self, ctx: PartitionContext) -> None:
