@@ -19,8 +19,9 @@ The table and the caller's header are separate so that the table, which is the s
 every inference of a split (same names, dtypes and shapes), is encoded once by the
 sender and validated once by the receiver; later frames reuse the cached text and the
 cached validated entries. Compressed tensors (varying chunk sizes) and reduced ones
-(an image's scales and sizes vary per frame) are encoded afresh per frame; the receiver's cache is keyed
-on the table's exact bytes, so two tables that differ in one scale are two tables.
+(an image's scales and sizes vary per frame) are encoded afresh per frame; the
+receiver's cache is keyed on the table's exact bytes, so two tables that differ in one
+scale are two tables.
 Everything a peer declares is checked against :class:`Limits` before any memory is set
 aside for it, and the entries must add up to the prefix's counts, so a confused or
 hostile peer costs at most one rejected frame.

@@ -19,9 +19,9 @@ channel: as JSON in the table they took 40-60, which kept int8 of resnet18's 512
 features at 3.61x fewer bytes than float32). Their range always holds 0 (as PyTorch's
 observers do), so a zero point is an integer in 0..qmax, a zero is sent exactly and every
 value is restored within ``scale / 2``; an all-zero tensor or channel has scale 0. int4
-packs the first of each pair in the low nibble; an odd count is padded with one nibble. jpeg/webp map each channel of an ``(N, C, H, W)`` batch with
-C in (1, 3) (a model's input: the compressed-input baseline) onto 0..255 and encode each
-item with Pillow.
+packs the first of each pair in the low nibble; an odd count is padded with one nibble.
+jpeg/webp map each channel of an ``(N, C, H, W)`` batch with C in (1, 3) (a model's
+input: the compressed-input baseline) onto 0..255 and encode each item with Pillow.
 
 Quantizers and images refuse tensors holding inf or nan (the tensor crosses losslessly
 and its entry says why); the casts keep them, except that float16 refuses finite values
