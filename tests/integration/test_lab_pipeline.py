@@ -154,25 +154,30 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
     contenders = [tuple(r["cuts"]) for r in ranked[:3]]
     dp_cuts = tuple(chosen["cuts"])
     dp_chain = list(chosen.get("chain") or [])
-    same_chain = dp_chain == ["edge-1", "stage-1", "cloud-1"]
-    if same_chain and dp_cuts not in contenders:
+    # The two hosts after the head are alike (0.6 core each), so a cut pair runs the same
+    # whichever of them takes the middle: the races run on pipeline-dp's order of the
+    # hosts when it chose all three, with its choice among the contenders, each in turn,
+    # in the same runs (raced in runs of its own, a choice on another order read 41.1/s
+    # beside 42.6-44.2/s for the contenders, where its own run had read 42.2/s: this
+    # machine's speed moves 3-5% from one run to the next).
+    three = len(dp_chain) == 3
+    race_chain = f"+partitioner.params.chain=[{','.join(dp_chain)}]" if three else chain
+    if three and dp_cuts not in contenders:
         contenders.append(dp_cuts)
-    # the contenders again, each in turn, four times over, 96 inferences a time; pipeline-dp's
-    # choice on another order of the hosts (or on fewer of them) is raced beside them in each
-    # round on its own chain, so that it is compared with the best on equal terms
+    # the contenders again, each in turn, four times over, 96 inferences a time
     cuts = "[" + ",".join(f"[{a},{b}]" for a, b in contenders) + "]"
     again: dict[tuple, list[float]] = {c: [] for c in contenders}
     dp_again: list[float] = []
     for i in range(4):
         race = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=96",
                                 "pipeline.in_flight=4", "pipeline.baselines=false",
-                                "partitioner.name=exhaustive", chain,
+                                "partitioner.name=exhaustive", race_chain,
                                 f"+partitioner.params.cuts={cuts}"], cfg / f"race-{i}")
         assert race.ok, race.errors
         for r in read_configs(race.run_dir):
             if tuple(r["cuts"]) in again and r["mode"] == "throughput":
                 again[tuple(r["cuts"])].append(r["throughput_per_s"])
-        if not same_chain:
+        if not three:  # fewer stages: its own runs, in each round
             own = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=96",
                                    "pipeline.in_flight=4", "pipeline.baselines=false",
                                    "partitioner.name=exhaustive",
@@ -186,7 +191,7 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
                          if r["mode"] == "throughput"]
     best = {c: sum(v) / len(v) for c, v in again.items()}
     top = max(best, key=best.get)
-    dp_raced = best[dp_cuts] if same_chain else sum(dp_again) / len(dp_again)
+    dp_raced = best[dp_cuts] if three else sum(dp_again) / len(dp_again)
     predicted = next(c["predicted_throughput_per_s"] for c in dp.summary["pipeline"]["configs"]
                      if c["mode"] == "throughput")
     own_run = dp.summary["throughput_per_s"]
