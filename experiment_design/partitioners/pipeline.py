@@ -517,9 +517,10 @@ class _Problem:
 
     def placement(self, stages: Sequence[Stage], objective: str, reason: str = "") -> Placement:
         """The predictions of ``stages`` under the cost model (links must exist)."""
-        compute, transfer, memory, overhead = [], [], [], []
+        compute, transfer, memory, overhead, used = [], [], [], [], []
         for i, st in enumerate(stages):
             d = self.index(st.device)
+            used.append(self.devices[d])
             a, b = st.first - 1, st.last
             compute.append(self.prefix_ms[d][b] - self.prefix_ms[d][a])
             memory.append(self.prefix_bytes[b] - self.prefix_bytes[a])
@@ -540,7 +541,6 @@ class _Problem:
         pipelined = objective == "throughput"
         bottleneck = max(stage_time(c, o, t, pipelined)
                          for c, o, t in zip(compute, overhead, transfer, strict=True))
-        used = [self.devices[self.index(st.device)] for st in stages]
         if pipelined and any(d.uncontended > 1 for d in used):
             # the times are for every limited host busy; a plan that leaves some of them
             # idle part of the time runs its stages faster (a fixed point: the gains

@@ -165,23 +165,20 @@ def test_pipeline_dp_choice_is_near_the_best_exhaustive_finds(lab3, cfg):
     if three and dp_cuts not in contenders:
         contenders.append(dp_cuts)
     # the contenders again, each in turn, four times over, 96 inferences a time
+    racing = ["pipeline.modes=[throughput]", "pipeline.count=96", "pipeline.in_flight=4",
+              "pipeline.baselines=false", "partitioner.name=exhaustive"]
     cuts = "[" + ",".join(f"[{a},{b}]" for a, b in contenders) + "]"
     again: dict[tuple, list[float]] = {c: [] for c in contenders}
     dp_again: list[float] = []
     for i in range(4):
-        race = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=96",
-                                "pipeline.in_flight=4", "pipeline.baselines=false",
-                                "partitioner.name=exhaustive", race_chain,
-                                f"+partitioner.params.cuts={cuts}"], cfg / f"race-{i}")
+        race = _run("alexnet", [*racing, race_chain, f"+partitioner.params.cuts={cuts}"],
+                    cfg / f"race-{i}")
         assert race.ok, race.errors
         for r in read_configs(race.run_dir):
             if tuple(r["cuts"]) in again and r["mode"] == "throughput":
                 again[tuple(r["cuts"])].append(r["throughput_per_s"])
         if not three:  # fewer stages: its own runs, in each round
-            own = _run("alexnet", ["pipeline.modes=[throughput]", "pipeline.count=96",
-                                   "pipeline.in_flight=4", "pipeline.baselines=false",
-                                   "partitioner.name=exhaustive",
-                                   f"+partitioner.params.chain=[{','.join(dp_chain)}]",
+            own = _run("alexnet", [*racing, f"+partitioner.params.chain=[{','.join(dp_chain)}]",
                                    f"+partitioner.params.stages={len(dp_chain)}",
                                    "+partitioner.params.cuts=[["
                                    + ",".join(str(k) for k in dp_cuts) + "]]"],
