@@ -88,9 +88,8 @@ class EdgeRole(ChainMember):
         plan = getattr(self.partitioner, "plan", None)
         if plan is not None and measured.profiles:
             placements = plan(self.pipeline_context(measured))
-            self.plans = [(Route(tuple(p.chain), tuple(p.cuts)),
-                           {"throughput_per_s": p.predicted_throughput_per_s,
-                            "latency_ms": p.predicted_latency_ms}) for p in placements]
+            self.plans = [(Route(tuple(p.chain), tuple(p.cuts)), predicted_of(p))
+                          for p in placements]
         return PartitionerPlan(sweep_length=self.partitioner.sweep_length(),
                                decision=self.with_busy(self.partitioner.decision()),
                                fidelity=ctx.fidelity)
@@ -526,3 +525,16 @@ def byte_costs(links: dict[str, dict]) -> dict[str, float]:
             if isinstance(value, (int, float)) and value >= 0:
                 seen.setdefault(name, []).append(float(value))
     return {name: statistics.median(v) for name, v in seen.items()}
+
+
+def predicted_of(p: Any) -> dict:
+    """What a placement ``p`` predicts, for the configuration that measures it: its
+    throughput and latency, and per stage the layers' time (``compute_ms``), its CPU
+    beside them (``overhead_ms``), its outgoing transfer and its period (``stage_ms``),
+    so a run shows which stage a prediction missed."""
+    overhead = p.overhead_ms or (0.0,) * len(p.compute_ms)
+    return {"throughput_per_s": p.predicted_throughput_per_s,
+            "latency_ms": p.predicted_latency_ms,
+            "stages": [{"compute_ms": c, "overhead_ms": o, "transfer_ms": t, "stage_ms": s}
+                       for c, o, t, s in zip(p.compute_ms, overhead, p.transfer_ms,
+                                             p.stage_ms, strict=True)]}

@@ -14,6 +14,11 @@ figure comes from the same run. Definitions (they are what ``summary.json`` and
   slowest stage.
 - **utilization**: a stage's summed compute over its span (first compute start to last
   compute end, on its own clock); the rest of the span is its **bubble** (idle) time.
+- **cpu_ms**: the median CPU time of a stage's layers (its compute thread's clock).
+- **predicted_*** (a configuration a partitioner planned): the plan's figures for each
+  stage: ``predicted_compute_ms`` (its layers, the wall time beside ``compute_ms``),
+  ``predicted_overhead_ms`` (its CPU beside its layers and the bytes it moves, as wall
+  time) and ``predicted_stage_ms`` (its period; the slowest is the predicted bound).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ def stage_summaries(done: list[Any], links: dict[str, dict] | None = None) -> li
         name = recs[0].get("instance", route.route[hop])
         nxt = route.route[hop + 1] if hop + 1 < route.k else route.route[0]
         compute = [float(r.get("compute_ms") or 0.0) for r in recs]
+        cpu = [float(r["cpu_ms"]) for r in recs if r.get("cpu_ms") is not None]
         sent = [int(r.get("bytes_encoded") or 0) for r in recs]
         sends = [float(r.get("send_ms") or 0.0) for r in recs]
         span_ns = max(r["t_end"] for r in recs) - min(r["t_start"] for r in recs)
@@ -77,6 +83,7 @@ def stage_summaries(done: list[Any], links: dict[str, dict] | None = None) -> li
             "hop": hop, "instance": name, "first": int(recs[0].get("a", 0)) + 1,
             "last": int(recs[0].get("b", 0)), "to": nxt if route.k > 1 else None,
             "compute_ms": statistics.median(compute), "compute_ms_mean": statistics.fmean(compute),
+            "cpu_ms": statistics.median(cpu) if cpu else None,
             "transfer_ms": transfer, "stage_ms": statistics.median(compute) + transfer,
             "send_ms": statistics.median(sends) if sends else 0.0,
             "bytes_out": bytes_out,
@@ -100,6 +107,12 @@ def summarize(done: list[Any], *, mode: str, in_flight: int, batch: int,
     lat = [c.e2e_ms for c in ok]
     thr = throughput_per_s(done, mode, in_flight)
     stages = stage_summaries(done, links)
+    planned = (predicted or {}).get("stages") or []
+    if len(planned) == len(stages):
+        for stage, plan in zip(stages, planned, strict=True):
+            stage["predicted_compute_ms"] = plan.get("compute_ms")
+            stage["predicted_overhead_ms"] = plan.get("overhead_ms")
+            stage["predicted_stage_ms"] = plan.get("stage_ms")
     worst = max((s["stage_ms"] for s in stages), default=0.0)
     per_link = [s["bytes_out"] for s in stages] if route is not None and route.k > 1 else []
     row: dict[str, Any] = {

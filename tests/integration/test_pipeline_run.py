@@ -189,6 +189,17 @@ def test_pipeline_dp_counts_what_each_stage_spends_beside_its_layers(tmp_path):
         stage_ms = [max(c + o, t) for c, o, t in zip(placement["compute_ms"], overhead,
                                                      placement["transfer_ms"], strict=True)]
         assert max(stage_ms) == pytest.approx(placement["bottleneck_ms"])
+    # the run that measures the plan carries the plan's figures per stage beside what each
+    # stage measured, so a reader sees which stage the prediction missed
+    run_cfg = next(c for c in res.summary["pipeline"]["configs"]
+                   if c["cuts"] == placement["cuts"] and c["mode"] == "throughput")
+    assert len(run_cfg["stages"]) == len(placement["stages"])
+    for st, c, o in zip(run_cfg["stages"], placement["compute_ms"], overhead, strict=True):
+        assert st["predicted_compute_ms"] == pytest.approx(c)
+        assert st["predicted_overhead_ms"] == pytest.approx(o)
+        assert 0 < st["cpu_ms"] <= st["compute_ms"] * 1.5
+    assert max(st["predicted_stage_ms"] for st in run_cfg["stages"]) == pytest.approx(
+        placement["bottleneck_ms"])
     profiles = json.loads((res.run_dir / "profiles.json").read_text())
     assert set(profiles) == {"edge-1", "stage-1", "cloud-1"}
     assert all(p["layers"] and p["full_ms"] > 0 for p in profiles.values())

@@ -147,3 +147,73 @@ def test_show_prints_the_interval_the_best_set_and_a_tie(capsys):
     assert f"{lo:.2f}-{hi:.2f}" in out
     assert "best split 0; indistinguishable at 95%: 0, 1" in out
     assert "1.012 (tie)" in out
+
+
+def _stage(hop, name, first, last, compute, cpu, transfer, **planned):
+    return {"hop": hop, "instance": name, "first": first, "last": last, "compute_ms": compute,
+            "cpu_ms": cpu, "transfer_ms": transfer, "stage_ms": compute + transfer,
+            "utilization": 0.9, "bubble_ms": 5.0, "queue_mean": 0.5, "bytes_out": 1024,
+            **planned}
+
+
+def _pipeline_summary(configs, chosen, partitioner=None):
+    s = build_summary([row(16, 50.0)], experiment="p", run_id="r1")
+    s["pipeline"] = {"configs": configs, "chosen": chosen, "best_single": "edge-1",
+                     "ratios": {"throughput_over_bound": 1.02, "pipelined_over_sequential": 2.5,
+                                "pipelined_over_single": 1.6, "predicted_over_measured": 0.9}}
+    s["partitioner"] = partitioner or {}
+    return s
+
+
+def _config(cuts, mode, thr, stages=()):
+    return {"cuts": cuts, "chain": ["edge-1", "stage-1", "cloud-1"][: len(cuts) + 1],
+            "mode": mode, "in_flight": 4 if mode == "throughput" else 1, "inferences": 48,
+            "throughput_per_s": thr, "bound_per_s": thr * 0.98,
+            "predicted_throughput_per_s": 45.0, "latency_ms_p50": 70.0,
+            "bytes_per_inference": 2048, "stages": list(stages)}
+
+
+def test_show_prints_a_pipelines_configurations_ratios_and_stages_planned_and_measured(capsys):
+    """`results show` of a pipeline run: every configuration against its bound and the
+    prediction, the run's ratios, and the chosen one's stages with the plan's figures beside
+    the measured ones (before: only the head's split table, none of the pipeline)."""
+    from app_api.cli.results import print_summary
+
+    planned = [_stage(0, "edge-1", 1, 16, 8.96, 5.61, 9.89, predicted_compute_ms=12.10,
+                      predicted_overhead_ms=6.23, predicted_stage_ms=18.33),
+               _stage(1, "stage-1", 17, 77, 12.62, 8.05, 1.65, predicted_compute_ms=13.86,
+                      predicted_overhead_ms=7.04, predicted_stage_ms=20.90),
+               _stage(2, "cloud-1", 78, 153, 14.91, 8.95, 0.0, predicted_compute_ms=18.74,
+                      predicted_overhead_ms=2.70, predicted_stage_ms=21.44)]
+    chosen = {"cuts": [16, 77], "chain": ["edge-1", "stage-1", "cloud-1"], "mode": "throughput"}
+    s = _pipeline_summary([_config([16, 77], "throughput", 56.69, planned),
+                           _config([16, 77], "latency", 19.88)], chosen)
+    print_summary(s, "r")
+    out = capsys.readouterr().out
+    assert "edge-1>stage-1>cloud-1" in out and "throughput *" in out and "56.69" in out
+    assert "throughput / bound: 1.020" in out and "predicted / measured: 0.900" in out
+    assert "pipelined / best single (edge-1): 1.600" in out
+    stage_line = next(ln for ln in out.splitlines() if "stage-1" in ln and "17..77" in ln)
+    for figure in ("12.62", "13.86", "8.05", "7.04", "1.65", "20.90", "0.90"):
+        assert figure in stage_line, (figure, stage_line)
+
+
+def test_show_takes_an_older_runs_plan_from_its_decision_and_trims_a_sweep(capsys):
+    from app_api.cli.results import MAX_CONFIGS, print_summary
+
+    stages = [_stage(0, "edge-1", 1, 16, 9.0, 5.5, 9.9), _stage(1, "stage-1", 17, 153, 20.0,
+                                                                  11.0, 0.0)]
+    chosen = {"cuts": [16], "chain": ["edge-1", "stage-1"], "mode": "throughput"}
+    decision = {"placement": {"cuts": [16], "chain": ["edge-1", "stage-1"],
+                              "objective": "throughput", "compute_ms": [11.0, 21.0],
+                              "overhead_ms": [4.0, 2.0], "transfer_ms": [16.0, 0.1]}}
+    sweep = [_config([k], "throughput", 30.0 + k / 10) for k in range(1, MAX_CONFIGS + 11)
+             if k != 16]
+    s = _pipeline_summary([_config([16], "throughput", 52.0, stages), *sweep], chosen,
+                          {"edge-1": {"decision": decision}})
+    print_summary(s, "r")
+    out = capsys.readouterr().out
+    head = next(ln for ln in out.splitlines() if "edge-1" in ln and "1..16" in ln)
+    assert "11.00" in head and "4.00" in head and "16.00" in head  # max(11 + 4, 16)
+    assert "23.00" in next(ln for ln in out.splitlines() if "17..153" in ln)  # 21 + 2
+    assert f"5 of {MAX_CONFIGS + 10} configurations" in out  # the chosen is the fastest
