@@ -547,10 +547,12 @@ def _planned_stages(summary: dict, config: dict) -> list[dict]:
         transfer = plan.get("transfer_ms") or []
         if not len(compute) == len(overhead) == len(transfer) == len(stages):
             continue
+        from experiment_design.partitioners.pipeline import stage_time
+
         pipelined = plan.get("objective") == "throughput"
         for st, c, o, x in zip(stages, compute, overhead, transfer, strict=True):
             st.update(predicted_compute_ms=c, predicted_overhead_ms=o,
-                      predicted_stage_ms=max(c + o, x) if pipelined else c + o + x)
+                      predicted_stage_ms=stage_time(c, o, x, pipelined))
     return stages
 
 
@@ -592,8 +594,12 @@ def _print_pipeline(console, summary: dict) -> None:
                   _f(c.get("latency_ms_p95")), _bytes(c.get("bytes_per_inference")),
                   style="bold green" if mark else None)
     console.print(t)
-    if chosen:
-        console.print("* the configuration the run's ratios are of", highlight=False)
+    main = next((c for c in configs if is_chosen(c)), None)
+    if main:
+        console.print("* the configuration the run's ratios are of" + (
+            "" if main.get("predicted_throughput_per_s") is not None else
+            " (the first measured in throughput mode: no partitioner planned one)"),
+            highlight=False, soft_wrap=True)
     if len(shown) < len(configs):
         console.print(f"{len(shown)} of {len(configs)} configurations (the fastest five, the "
                       "chosen, the single devices); all of them: summary.json, configs.csv; "
@@ -606,12 +612,13 @@ def _print_pipeline(console, summary: dict) -> None:
                  "predicted_over_measured": "predicted / measured"}
         console.print("  ".join(f"{names.get(k, k)}: {v:.3f}" for k, v in ratios.items()),
                       highlight=False, soft_wrap=True)
-    main = next((c for c in configs if is_chosen(c)), None)
     stages = _planned_stages(summary, main) if main else []
     if not stages:
         return
+    planned = any(st.get("predicted_stage_ms") is not None for st in stages)
     t = Table(title=f"stages of {'/'.join(map(str, main.get('cuts') or []))} on "
-                    f"{_chain_label(main)} ({main.get('mode')}): measured, and planned")
+                    f"{_chain_label(main)} ({main.get('mode')}): measured"
+                    + (", and planned" if planned else ""))
     for col in ("stage", "device", "layers", "layers ms", "plan", "cpu ms", "plan beside",
                 "xfer ms", "stage ms", "plan", "util", "bubble ms", "queue", "bytes out"):
         t.add_column(col, justify="left" if col in ("device", "layers") else "right")
