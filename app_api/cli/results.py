@@ -565,6 +565,8 @@ def _print_pipeline(console, summary: dict) -> None:
         return
     from rich.table import Table
 
+    from app_api.results.store import config_label
+
     chosen = pipe.get("chosen") or {}
 
     def is_chosen(c: dict) -> bool:
@@ -587,7 +589,7 @@ def _print_pipeline(console, summary: dict) -> None:
     for c in shown:
         mark = is_chosen(c)
         n = str(c.get("inferences")) + (f" ({c['errors']} failed)" if c.get("errors") else "")
-        t.add_row("/".join(map(str, c.get("cuts") or [])) or "-", _chain_label(c),
+        t.add_row(config_label(c.get("cuts") or []), _chain_label(c),
                   str(c.get("mode")) + (" *" if mark else ""), str(c.get("in_flight", 1)), n,
                   _f(c.get("throughput_per_s")), _f(c.get("bound_per_s")),
                   _f(c.get("predicted_throughput_per_s")), _f(c.get("latency_ms_p50")),
@@ -616,7 +618,7 @@ def _print_pipeline(console, summary: dict) -> None:
     if not stages:
         return
     planned = any(st.get("predicted_stage_ms") is not None for st in stages)
-    t = Table(title=f"stages of {'/'.join(map(str, main.get('cuts') or []))} on "
+    t = Table(title=f"stages of {config_label(main.get('cuts') or [])} on "
                     f"{_chain_label(main)} ({main.get('mode')}): measured"
                     + (", and planned" if planned else ""))
     for col in ("stage", "device", "layers", "layers ms", "plan", "cpu ms", "plan beside",
