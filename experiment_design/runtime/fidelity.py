@@ -95,7 +95,10 @@ def probe(sm: Any, inputs: list, refs: dict[int, list], pairs: list[tuple[int, A
     CPU quota a single run catches the throttling stalls -- in the lab at 0.25 core the probe
     timed jpeg-q50's encode at 12.4 ms where the run's inferences took 1.0 ms -- and the
     quota's effect on a whole pass belongs to the partitioner's edge model, not to the
-    codec's cost); ``not_applied`` names a reduction asked for and not applied (and why).
+    codec's cost); ``decode_cpu_ms``, the same runs' CPU time of the decode (the far side
+    decodes, so the head's wall time for it carries the head's own pace: the quota or the
+    pacer of a slowed edge; split-codec moves this CPU time to the far side's speed);
+    ``not_applied`` names a reduction asked for and not applied (and why).
     The prefix runs once per split and item, whatever the number of transports.
     """
     import statistics
@@ -118,7 +121,7 @@ def probe(sm: Any, inputs: list, refs: dict[int, list], pairs: list[tuple[int, A
             crossings = [sm.run_prefix(k, x)[0] if k else {sm.input_name: x} for x, _ in chosen]
             for cfg in by_split[k]:
                 got: dict[str, list] = {"agree": [], "cos": [], "diff": [], "bytes": [],
-                                        "raw": [], "enc": [], "dec": []}
+                                        "raw": [], "enc": [], "dec": [], "dec_cpu": []}
                 skipped = set()
                 if transport_label(cfg) not in warm and crossings:  # a codec's first call
                     warm.add(transport_label(cfg))  # pays for its set-up: not timed
@@ -127,7 +130,7 @@ def probe(sm: Any, inputs: list, refs: dict[int, list], pairs: list[tuple[int, A
                             e = encode_tensor(name, v, cfg)
                             decode(parse_entry(e.entry()), e.payload())
                 for crossing, (_, ref) in zip(crossings, chosen, strict=True):
-                    enc_ms, dec_ms = [], []
+                    enc_ms, dec_ms, dec_cpu = [], [], []
                     for _ in range(max(1, int(timing_repeats))):
                         t0 = time.perf_counter()
                         encoded = {name: encode_tensor(name, v, cfg)
@@ -135,17 +138,19 @@ def probe(sm: Any, inputs: list, refs: dict[int, list], pairs: list[tuple[int, A
                                    if isinstance(v, torch.Tensor)}
                         t1 = time.perf_counter()
                         wire = {name: (e.entry(), e.payload()) for name, e in encoded.items()}
-                        t2 = time.perf_counter()
+                        t2, c2 = time.perf_counter(), time.process_time()
                         received = dict(crossing)
                         received.update({name: decode(parse_entry(entry), payload)
                                          for name, (entry, payload) in wire.items()})
-                        t3 = time.perf_counter()
+                        t3, c3 = time.perf_counter(), time.process_time()
                         enc_ms.append((t1 - t0) * 1e3)
                         dec_ms.append((t3 - t2) * 1e3)
+                        dec_cpu.append((c3 - c2) * 1e3)
                     out, _ = sm.run_suffix(k, received)
                     cmp = compare(flatten_output(out), ref)
                     got["enc"].append(min(enc_ms))
                     got["dec"].append(min(dec_ms))
+                    got["dec_cpu"].append(min(dec_cpu))
                     got["bytes"].append(sum(e.encoded_nbytes + e.param_nbytes
                                             for e in encoded.values()))
                     got["raw"].append(sum(e.raw_nbytes for e in encoded.values()))
@@ -165,6 +170,7 @@ def probe(sm: Any, inputs: list, refs: dict[int, list], pairs: list[tuple[int, A
                     "bytes_raw": int(statistics.median(got["raw"])),
                     "encode_ms": statistics.median(got["enc"]),
                     "decode_ms": statistics.median(got["dec"]),
+                    "decode_cpu_ms": statistics.median(got["dec_cpu"]),
                     **({"not_applied": sorted(skipped)} if skipped else {}),
                 })
     return {"items": len(chosen), "pairs": rows,

@@ -244,3 +244,44 @@ def test_lab_up_in_duty_mode_paces_the_sessions_not_sshd_and_down_leaves_nothing
         lab.down()
     assert not pacer.is_ours(pid, lab.state_path()) and pacer.find(lab.state_path()) == []
     assert not network.list_namespaces()
+
+
+# split-codec's start-up probe on a paced head: alexnet's input as JPEG and as int4
+_PROBE = r"""
+import json, sys
+sys.stdin.readline()
+import torch
+from experiment_design.runtime.fidelity import probe, reference_outputs
+from experiment_design.split import build_split_model
+from experiment_design.transport import CodecConfig
+torch.set_num_threads(1)
+sm = build_split_model("alexnet", seed=0)
+# 512 x 512: a decode of several ms, so the tick's worth of credit a burst may start with
+# (up to 1 ms at full speed) cannot make the fastest of three runs look unpaced
+inputs = [(torch.randn(1, 3, 512, 512, generator=torch.Generator().manual_seed(0)), None, "0")]
+jpeg = CodecConfig(codec="none", level=0, filter="none", lossy="jpeg", quality=50)
+int4 = CodecConfig.from_dict({"lossy": "int4", "codec": "zstd", "level": 1})
+out = probe(sm, inputs, reference_outputs(sm, inputs), [(0, jpeg), (0, int4)], items=1)
+print(json.dumps(out["pairs"]))
+"""
+
+
+def test_the_probe_times_a_paced_heads_decode_in_cpu_time_as_well(group, tmp_path):
+    # The cloud decodes in the run; the head's wall time for the decode carries the
+    # pacer's stops (codec-sweep-lab at 0.25 core: 4.26 ms for jpeg-q50 against 1.24 ms
+    # on the cloud), its CPU time does not. Before, the probe recorded only the wall time.
+    alive = tmp_path / "alive"
+    alive.write_text("")
+    pid = _pace(group, 0.25, alive)
+    try:
+        cpu = max(os.sched_getaffinity(0))
+        rows = json.loads(cgroup.run_pinned(_PROBE, [], cpu, group, timeout=300,
+                                            what="fidelity probe"))
+    finally:
+        stop_pid(pid)
+    by = {r["transport"]: r for r in rows}
+    assert set(by) == {"jpeg-q50", "int4+zstd-1"}
+    for r in rows:
+        assert 0 < r["decode_cpu_ms"] <= r["decode_ms"] * 1.05 + 0.05, r
+    jpeg = by["jpeg-q50"]
+    assert jpeg["decode_ms"] > 1.8 * jpeg["decode_cpu_ms"], jpeg

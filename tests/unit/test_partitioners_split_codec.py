@@ -93,6 +93,41 @@ def test_a_faster_link_compresses_less():
     assert what_if.decision()["transport"] == "zstd-1"
 
 
+JPEG50 = {"lossy": "jpeg", "quality": 50, "codec": "none", "level": 0, "filter": "none"}
+
+
+def test_the_decode_is_charged_at_the_clouds_speed_not_the_paced_heads():
+    # codec-sweep-lab with the edge paced at 0.25 core: the probe on the head timed
+    # jpeg-q50's decode at 4.26 ms of wall time and int4's at 1.71, so split-codec chose
+    # (0, int4+zstd-1) at 1.087 of the best; in the sweep the cloud decoded them in 1.24
+    # and 1.03 ms and (0, jpeg-q50) was fastest. The work is the probe's CPU time; the
+    # cloud does it at its own speed (cloud full_ms / edge full_cpu_ms).
+    rows = [{**_probe_row(0, "jpeg-q50", 6085, 3.59, 1.0, 0.9998, dec=4.26),
+             "decode_cpu_ms": 1.06},
+            {**_probe_row(0, "int4+zstd-1", 16948, 2.53, 1.0, 0.9999, dec=1.71),
+             "decode_cpu_ms": 0.43}]
+    ctx = _ctx(rows, bandwidth_Bps=3.82e6, rtt_ms=0.0)
+    ctx.edge_profile = {"layer_ms": [40.0, 40.0, 40.0], "full_ms": 123.9, "full_cpu_ms": 30.6}
+    ctx.cloud_profile = {"layer_ms": [9.5, 9.5, 9.5], "full_ms": 28.3, "full_cpu_ms": 27.3}
+    p = create_partitioner("split-codec", transports=[INT4, JPEG50])
+    p.setup(ctx)
+    d = p.decision()
+    assert (d["chosen"], d["transport"]) == (0, "jpeg-q50")
+    factor = 28.3 / 30.6
+    assert d["decode"]["factor"] == pytest.approx(factor)
+    by = {r["transport"]: r for r in d["pairs"]}
+    assert by["jpeg-q50"]["decode_ms"] == pytest.approx(1.06 * factor)
+    assert by["jpeg-q50"]["decode_probed_ms"] == 4.26
+    # a probe from before the CPU time was recorded keeps the head's wall time
+    old = [{k: v for k, v in r.items() if k != "decode_cpu_ms"} for r in rows]
+    ctx.fidelity = {"items": 2, "seconds": 0.1, "pairs": old}
+    p = create_partitioner("split-codec", transports=[INT4, JPEG50])
+    p.setup(ctx)
+    assert p.decision()["transport"] == "int4+zstd-1"
+    assert {r["transport"]: r["decode_ms"] for r in p.decision()["pairs"]} == {
+        "jpeg-q50": 4.26, "int4+zstd-1": 1.71}
+
+
 def test_only_allowed_splits_and_named_transports_are_candidates():
     p = create_partitioner("split-codec", transports=[ZSTD], splits=[2])
     p.setup(_ctx(ROWS))
@@ -157,6 +192,7 @@ def test_probe_on_alexnet_lossless_is_exact_and_int8_is_four_times_smaller():
     assert q["bytes"] * 3.9 <= q["bytes_raw"] and q["cosine_min"] >= 0.99
     assert rows[(0, "jpeg-q90")]["bytes"] < rows[(0, "zstd-1")]["bytes"]
     assert all(r["encode_ms"] >= 0 and r["decode_ms"] >= 0 for r in out["pairs"])
+    assert all(0 <= r["decode_cpu_ms"] for r in out["pairs"])
 
 
 def _measured(k, label, e2e, agree, cosine=1.0):
