@@ -364,6 +364,13 @@ def print_summary(summary: dict, run_dir) -> None:
                   _f(cloud), _bytes(s.get("bytes_raw")), _bytes(s.get("bytes_encoded")), mark,
                   style=style)
     console.print(t)
+    own = summary.get("split_transport")
+    if own:
+        whose = ("the run's own transport" if own.get("run_transport") == own["label"]
+                 else f"the run's own, {own.get('run_transport')}, was not swept")
+        console.print(f"per split: the {own['label']} rows alone ({own['inferences']} of "
+                      f"{summary.get('inferences')} inferences; {whose}); every (split, "
+                      "transport) pair is in the table below", highlight=False)
     bs = summary.get("best_set")
     if bs:
         console.print(f"best split {bs['best']}; indistinguishable at {bs['confidence']:.0%}: "
@@ -486,6 +493,8 @@ def _print_partitioners(console, summary: dict) -> None:
         chosen, best = str(p.get("chosen")), str(p.get("best"))
         if p.get("transport"):  # a (split, transport) pair, scored among the measured pairs
             chosen, best = f"{chosen} {p['transport']}", f"{best} {p.get('best_transport')}"
+        elif p.get("scored_on"):  # a split alone, on a codec sweep: that transport's pairs
+            chosen, best = f"{chosen} {p['scored_on']}", f"{best} {p['scored_on']}"
         regret = _f(p.get("regret"), 3) + (" (tie)" if p.get("tie") else "")
         t.add_row(label, chosen, _f(p.get("chosen_ms")), best,
                   _f(p.get("best_ms")), regret, _f(p.get("spearman"), 3),
@@ -512,6 +521,12 @@ def _print_partitioners(console, summary: dict) -> None:
         if among:
             console.print(f"  among the {among['splits']} contenders alone ({among['repeats_min']}"
                           f"-{among['repeats_max']} repeats each): {among['regret']:.3f}")
+        pairs = noise.get("pairs")
+        if pairs:
+            console.print(f"  among the {pairs['pairs']} (split, transport) pairs with top-1 "
+                          f"agreement >= {pairs['floor']} ({pairs['repeats_min']}-"
+                          f"{pairs['repeats_max']} repeats each): {pairs['regret']:.3f}",
+                          highlight=False)
     for name, part in (summary.get("partitioner") or {}).items():
         race = ((part or {}).get("decision") or {}).get("race") if isinstance(part, dict) else None
         if race and race.get("stopped"):

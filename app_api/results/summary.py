@@ -1,4 +1,11 @@
-"""Per-split statistics from inference rows (failed rows counted, never averaged in)."""
+"""Per-split statistics from inference rows (failed rows counted, never averaged in).
+
+A run that swept transports (a codec sweep: every split sent with several) has one row
+set per (split, transport) pair, whose costs differ by up to tens of times at one split
+(AlexNet's input: 20 ms as JPEG, 175 ms raw, at 4 MB/s). A median pooled over them is no
+split's cost, so the per-split statistics of such a run are those of one transport
+(:func:`split_transport`): the run's own, which a split-only partitioner sends with; the
+pairs have their own table (:mod:`app_api.results.fidelity`)."""
 
 from __future__ import annotations
 
@@ -97,15 +104,46 @@ def e2e_samples(rows: Iterable[dict]) -> dict[int, list[float]]:
     return out
 
 
-def build_summary(rows: list[dict], **meta) -> dict:
+#: what a transport label starts with when the transport loses information
+LOSSY_LABELS = ("fp16", "bf16", "int8", "int4", "jpeg", "webp")
+
+
+def split_transport(rows: Iterable[dict], preferred: str | None = None) -> str | None:
+    """The transport whose rows the per-split statistics are taken from, or None when the
+    rows were sent with one transport only (rows of one stage, label ``""``, carry none).
+    ``preferred`` (the run's own transport label) when it was swept, else the first
+    lossless label in sorted order, else the first label."""
+    labels = sorted({str(r.get("transport") or "") for r in rows if not r.get("error")} - {""})
+    if len(labels) < 2:
+        return None
+    if preferred in labels:
+        return preferred
+    lossless = [t for t in labels if "+" not in t and not t.startswith(LOSSY_LABELS)]
+    return (lossless or labels)[0]
+
+
+def rows_of_transport(rows: list[dict], label: str | None) -> list[dict]:
+    """The rows sent with ``label`` and those of one stage (no transport); all with None."""
+    if label is None:
+        return rows
+    return [r for r in rows if str(r.get("transport") or "") in (label, "")]
+
+
+def build_summary(rows: list[dict], transport: str | None = None, **meta) -> dict:
     """summary.json content: meta keys + inferences, failed, splits, best_split, best_set
     (the splits not separated from the best at 95%, :func:`~app_api.results.dispersion.
     best_set`), sum_e2e_s, overhead (wall_s / sum of e2e).
 
+    ``transport``: the run's own transport label. Where the rows were sent with several
+    transports, splits, best_split and best_set are those of one (:func:`split_transport`),
+    named under ``split_transport``; inferences, failed and sum_e2e_s count every row.
+
     A resumed run (``resumed_from`` with the ``rows`` it copied) counts all its rows in the
     statistics, but ``sum_e2e_s`` and ``overhead`` only over the rows measured in its own
     ``wall_s``: the copied ones were timed by the run it resumes."""
-    splits = split_stats(rows)
+    label = split_transport(rows, transport)
+    own = rows_of_transport(rows, label)
+    splits = split_stats(own)
     failed = sum(1 for r in rows if r.get("error"))
     copied = int((meta.get("resumed_from") or {}).get("rows") or 0)
     e2e_sum = sum(v for v in (_num(r.get("e2e_ms")) for r in rows[copied:] if not r.get("error"))
@@ -117,8 +155,13 @@ def build_summary(rows: list[dict], **meta) -> dict:
         sum_e2e_s=e2e_sum,
         splits=splits,
         best_split=best_split(splits),
-        best_set=best_set(e2e_samples(rows)),
+        best_set=best_set(e2e_samples(own)),
     )
+    if label is not None:
+        summary["split_transport"] = {
+            "label": label, "run_transport": transport, "inferences": len(own),
+            "note": f"per-split figures are the {label} rows'; every (split, transport) pair "
+                    "is under codecs.pairs"}
     wall = _num(summary.get("wall_s"))
     summary["overhead"] = (wall / e2e_sum) if wall and e2e_sum > 0 else None
     return summary

@@ -226,6 +226,7 @@ def evaluate_partitioners(
     sweep: Mapping | None = None,
     best_set: Iterable[int] | None = None,
     pair_samples: Mapping[tuple[int, str], Sequence[float]] | None = None,
+    split_transport: str | None = None,
 ) -> dict:
     """Score partitioners against measured medians.
 
@@ -243,6 +244,9 @@ def evaluate_partitioners(
     (``summary["best_set"]["splits"]``) a split-only result gains ``in_best_set`` and
     ``tie`` (true when its chosen split is in the set); regret stays the headline.
     ``pair_samples`` does the same for a pair-choosing partitioner (:func:`score_pairs`).
+    ``split_transport`` (a codec sweep's: the transport whose rows ``measured_medians``
+    are, ``summary["split_transport"]``) is named as ``scored_on`` in each split-only
+    result.
     """
     from experiment_design.errors import TracrError
 
@@ -303,6 +307,8 @@ def evaluate_partitioners(
             "notes": dec.get("notes", []),
             "decision": dec,
         }
+        if split_transport:
+            out[label]["scored_on"] = split_transport
         if resolved is not None:
             inside = chosen_ms is not None and int(chosen) in resolved
             out[label].update(in_best_set=inside, tie=inside)
@@ -366,11 +372,27 @@ def measurement_noise(rows: Iterable[Mapping]) -> dict | None:
     return out
 
 
+def pair_noise(rows: Iterable[Mapping], pairs: Sequence[Mapping], floor: float) -> dict | None:
+    """:func:`split_half_regret` over the (split, transport) pairs whose measured top-1
+    agreement is at least ``floor``: how far the oracle a pair-choosing partitioner is
+    scored against moves with measurement noise (``pairs``: ``summary["codecs"]["pairs"]``).
+    None with fewer than two such pairs measured twice."""
+    keys = sorted((int(p["split"]), str(p["transport"])) for p in pairs
+                  if p.get("top1_agreement") is not None and p["top1_agreement"] >= floor)
+    samples = pair_samples(rows)
+    out = split_half_regret({i: samples.get(k, []) for i, k in enumerate(keys)})
+    if out is None:
+        return None
+    out["pairs"] = out.pop("splits")
+    out["floor"] = floor
+    return out
+
+
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:
     """The compact per-partitioner block for ``summary.json["partitioners"]``."""
     keys = ("chosen", "transport", "chosen_ms", "best", "best_transport", "best_ms", "regret",
-            "spearman", "in_best_set", "tie", "floor", "meets_floor_measured", "criterion",
-            "error")
+            "spearman", "in_best_set", "tie", "floor", "meets_floor_measured", "scored_on",
+            "criterion", "error")
     return {label: {k: ev[k] for k in keys if k in ev} for label, ev in evaluation.items()}
 
 
@@ -460,6 +482,7 @@ def evaluate_run(
     sweep: Mapping | None = None,
     best_set: Iterable[int] | None = None,
     pair_samples: Mapping[tuple[int, str], Sequence[float]] | None = None,
+    split_transport: str | None = None,
 ) -> dict:
     """The observer's one call after a sweep: score, write ``partitioners.json``, return the summary block.
 
@@ -471,7 +494,8 @@ def evaluate_run(
     ["pairs"]``) and ``sweep`` (the sweep's partitioner params) score pair-choosing
     partitioners against the measured pairs; ``best_set`` (``summary["best_set"]
     ["splits"]``) marks the choices the sweep cannot tell from the best as ties, and
-    ``pair_samples`` (:func:`pair_samples` of the rows) a pair's. Returns
+    ``pair_samples`` (:func:`pair_samples` of the rows) a pair's; ``split_transport``
+    names the transport of ``splits`` on a codec sweep. Returns
     ``summary_view(...)`` for ``summary["partitioners"]``.
     """
     from experiment_design.partitioners import PartitionContext
@@ -480,7 +504,7 @@ def evaluate_run(
     if not isinstance(ctx, PartitionContext):
         ctx = PartitionContext.from_dict(dict(ctx))
     evaluation = evaluate_partitioners(names, ctx, medians_from_splits(splits), pairs, sweep,
-                                       best_set, pair_samples)
+                                       best_set, pair_samples, split_transport)
     if run_dir is not None:
         what_if = (bandwidth_what_if(names, ctx, bandwidths_Bps, sweep) if bandwidths_Bps
                    else None)

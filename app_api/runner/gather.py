@@ -8,7 +8,8 @@ from pathlib import Path
 
 from app_api.results import CONFIGS_FILE, ResultsWriteError, build_summary
 from app_api.results.fidelity import codec_summary
-from app_api.runner.evaluate import evaluate_run, measurement_noise, pair_samples
+from app_api.results.summary import rows_of_transport
+from app_api.runner.evaluate import evaluate_run, measurement_noise, pair_noise, pair_samples
 from app_api.runner.pipeline import pipeline_summary
 from app_api.runner.state import RunState
 from app_api.units import parse_rate
@@ -68,6 +69,7 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
     state.extra.update(pipeline_summary(state.configs))
     summary = build_summary(
         w.rows,
+        transport=run_transport(state),
         experiment=state.manifest.name,
         run_id=w.run_id,
         status="interrupted" if interrupted else ("ok" if ok else "failed"),
@@ -96,11 +98,29 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         summary["codecs"] = codecs
     if state.eval_ctx is not None and summary["splits"] and getattr(w, "failure", None) is None:
         summary["partitioners"] = score_partitioners(state, summary, w.dir, w.rows)
-        summary["measurement_noise"] = measurement_noise(w.rows)
+        # on a codec sweep: the noise of the per-split oracle (the run's transport, which
+        # split-only partitioners are scored on) and of the pairs' (split-codec's)
+        label = (summary.get("split_transport") or {}).get("label")
+        summary["measurement_noise"] = measurement_noise(rows_of_transport(w.rows, label))
+        if codecs and summary["measurement_noise"] is not None:
+            summary["measurement_noise"]["pairs"] = pair_noise(w.rows, codecs["pairs"],
+                                                               codecs["floor"])
     if write_summary(w, summary):
         draw_plots(summary, w.dir)
     return RunResult(run_dir=w.dir, summary=summary, ok=ok and summary["status"] == "ok",
                      errors=list(state.errors))
+
+
+def run_transport(state: RunState) -> str | None:
+    """The label of the manifest's transport (what the run sends with unless a partitioner
+    or a sweep says otherwise), or None when it does not parse."""
+    from experiment_design.errors import TracrError
+    from experiment_design.transport.codec import CodecConfig
+
+    try:
+        return CodecConfig.from_dict(dict(state.manifest.transport or {})).label
+    except (TracrError, TypeError, ValueError):
+        return None
 
 
 def draw_plots(summary: dict, run_dir: Path) -> None:
@@ -172,7 +192,8 @@ def score_partitioners(state: RunState, summary: dict, run_dir: Path,
                             run_dir, rates, pairs=(summary.get("codecs") or {}).get("pairs"),
                             sweep=(m.partitioner or {}).get("params"),
                             best_set=(summary.get("best_set") or {}).get("splits"),
-                            pair_samples=pair_samples(rows or []))
+                            pair_samples=pair_samples(rows or []),
+                            split_transport=(summary.get("split_transport") or {}).get("label"))
     except Exception as exc:  # scoring must never lose the run's own results
         log.warning("partitioner evaluation failed: %s", exc)
         summary.setdefault("warnings", []).append(f"partitioner evaluation failed: {exc}")

@@ -102,6 +102,20 @@ def test_split_codec_is_scored_against_the_measured_pairs(tmp_path):
     assert sc["regret"] is not None and sc["regret"] > 0
     assert isinstance(sc["meets_floor_measured"], bool)
     assert s["partitioners"]["predicted-argmin"]["chosen"] in SPLITS
+    # the per-split oracle is the run's own transport's (zstd-1 with shuffle), not a
+    # median pooled over every transport at a split
+    assert s["split_transport"]["label"] == s["split_transport"]["run_transport"] == "zstd-1"
+    zstd = {p["split"]: p for p in s["codecs"]["pairs"] if p["transport"] == "zstd-1"}
+    assert {r["split"]: r["e2e_ms_median"] for r in s["splits"]} == {
+        k: p["e2e_ms_median"] for k, p in zstd.items()}
+    assert all(r["count"] == 2 for r in s["splits"])
+    pa = s["partitioners"]["predicted-argmin"]
+    assert pa["scored_on"] == "zstd-1"
+    assert pa["best_ms"] == min(p["e2e_ms_median"] for p in zstd.values())
+    noise = s["measurement_noise"]
+    assert noise["repeats_max"] == 2 and noise["pairs"]["floor"] == 0.99
+    assert noise["pairs"]["pairs"] == sum(1 for p in s["codecs"]["pairs"]
+                                          if p["top1_agreement"] >= 0.99)
     full = json.loads((result.run_dir / "partitioners.json").read_text())
     dec = full["evaluation"]["split-codec"]["decision"]
     assert dec["probe"]["pairs"] == 9 and len(dec["pairs"]) == 9
@@ -111,3 +125,4 @@ def test_split_codec_is_scored_against_the_measured_pairs(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "split-codec" in out.stdout and "the floor top1_agree >= 0.99" in out.stdout
+    assert "per split: the zstd-1 rows alone (6 of 18 inferences" in out.stdout

@@ -217,3 +217,31 @@ def test_show_takes_an_older_runs_plan_from_its_decision_and_trims_a_sweep(capsy
     assert "11.00" in head and "4.00" in head and "16.00" in head  # max(11 + 4, 16)
     assert "23.00" in next(ln for ln in out.splitlines() if "17..153" in ln)  # 21 + 2
     assert f"5 of {MAX_CONFIGS + 10} configurations" in out  # the chosen is the fastest
+
+
+def _pair(split, transport, e2e):
+    return {**row(split, e2e), "transport": transport}
+
+
+def test_a_codec_sweep_takes_its_per_split_figures_from_the_runs_own_transport():
+    # codec-sweep-lab at 4 MB/s: AlexNet's input sent as JPEG took 20 ms, raw 175 ms and
+    # zstd-1 70 ms; cut 3 int4 21, zstd-1 42, raw 66 ms. Pooled over the transports, the
+    # split medians ranked 0 first (29.8 ms, no transport's cost) and predicted-argmin
+    # was scored against that (regret 1.29-1.36); with zstd-1 alone 3 is the best split.
+    rows = []
+    for _ in range(4):
+        rows += [_pair(0, "jpeg-q50", 20.0), _pair(0, "zstd-1", 70.0), _pair(0, "raw", 175.0),
+                 _pair(0, "int4+zstd-1", 21.0), _pair(0, "webp-q90", 24.0),
+                 _pair(3, "int4+zstd-1", 21.0), _pair(3, "zstd-1", 42.0), _pair(3, "raw", 66.0)]
+    s = build_summary(rows, transport="zstd-1", experiment="x")
+    assert s["split_transport"]["label"] == "zstd-1"
+    assert s["inferences"] == len(rows) and s["split_transport"]["inferences"] == 8
+    assert [(r["split"], r["count"], r["e2e_ms_median"]) for r in s["splits"]] == [
+        (0, 4, 70.0), (3, 4, 42.0)]
+    assert s["best_split"] == 3 and s["best_set"]["splits"] == [3]
+    # the run's transport not swept: the first lossless one
+    other = [r for r in rows if r["transport"] != "zstd-1"]
+    assert build_summary(other, transport="zstd-1")["split_transport"]["label"] == "raw"
+    # one transport (an ordinary run): nothing to choose, every row counts
+    plain = [r for r in rows if r["transport"] == "raw"]
+    assert "split_transport" not in build_summary(plain, transport="raw")

@@ -253,3 +253,23 @@ def test_a_choice_separated_from_the_best_is_no_tie():
     assert view["measured"]["tie"] is True and view["measured"]["regret"] == 1.0
     # without a best set (an old summary) the keys are absent, not false
     assert "tie" not in evaluate_run(["measured"], ctx, splits)["measured"]
+
+
+def test_pair_noise_is_the_split_half_regret_over_the_pairs_above_the_floor():
+    from app_api.runner.evaluate import pair_noise
+
+    rows = []
+    for i in range(8):  # (0, jpeg) and (3, int4) alternate as the faster; raw is slow
+        rows += [{"split": 0, "transport": "jpeg-q50", "e2e_ms": 20.0 + (i % 2) * 4},
+                 {"split": 3, "transport": "int4", "e2e_ms": 22.0},
+                 {"split": 3, "transport": "raw", "e2e_ms": 60.0},
+                 {"split": 5, "transport": "int4", "e2e_ms": 10.0}]
+    pairs = [{"split": 0, "transport": "jpeg-q50", "top1_agreement": 1.0},
+             {"split": 3, "transport": "int4", "top1_agreement": 0.995},
+             {"split": 3, "transport": "raw", "top1_agreement": 1.0},
+             {"split": 5, "transport": "int4", "top1_agreement": 0.5}]  # below the floor
+    noise = pair_noise(rows, pairs, 0.99)
+    # one half's best is jpeg at 20 ms, the other's int4 at 22 (jpeg there: 24)
+    assert noise["pairs"] == 3 and noise["floor"] == 0.99
+    assert noise["regret"] == pytest.approx((22.0 / 20.0 + 24.0 / 22.0) / 2)
+    assert pair_noise(rows, pairs[3:], 0.99) is None
