@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from experiment_design.errors import TracrError
-from experiment_design.split.clock import layer_clock
+from experiment_design.split.clock import layer_clock, spans_to_ms
 from experiment_design.split.graph import check_depth
 from experiment_design.split.outputs import (
     crosses,
@@ -245,17 +245,20 @@ class HookEngine:
         return build_split_points(self.layers, crossing_of)
 
     # ---- execution ---------------------------------------------------------
-    def _timing_hooks(self, lo: int, hi: int, clock: Callable[[], int], sink: list):
+    def _timing_hooks(self, lo: int, hi: int, clock: Callable[[], Any], sink: list):
+        """Hooks that append ``(unit, start tick, end tick)`` to ``sink`` as units run;
+        :func:`spans_to_ms` turns them into ms once the pass is over (on a GPU the ticks
+        are events, read after one wait)."""
         handles = []
         for i in range(lo, hi + 1):
             m = self.units[i - 1][1]
-            start: list[int] = [0]
+            start: list[Any] = [0]
 
             def pre(mod, args, _s=start):
                 _s[0] = clock()
 
             def post(mod, args, out, _s=start, _i=i):
-                sink.append((_i, (clock() - _s[0]) / 1e6))
+                sink.append((_i, _s[0], clock()))
 
             handles.append(m.register_forward_pre_hook(pre))
             handles.append(m.register_forward_hook(post))
@@ -283,7 +286,7 @@ class HookEngine:
         """
         wanted = self.crossing_units(b)
         got: dict[int, Any] = {}
-        times: list[tuple[int, float]] = []
+        spans: list[tuple] = []
         if b > a:
             with self._stubbed(a, crossing) as x:
                 handles = []
@@ -291,7 +294,7 @@ class HookEngine:
                     # timing hooks first: hooks run in registration order and unit b's
                     # keep-hook ends the pass
                     clock = layer_clock(True, on_cuda(x))
-                    handles = self._timing_hooks(a + 1, b, clock, times)
+                    handles = self._timing_hooks(a + 1, b, clock, spans)
                 for i in range(a + 1, b + 1):
 
                     def keep(mod, args, out, _i=i):
@@ -315,23 +318,23 @@ class HookEngine:
                 out.update((name, crossing[name]) for name in self._names(i))
             else:
                 out.update(leaves(self.units[i - 1][0], got[i]))
-        return out, times
+        return out, spans_to_ms(spans)
 
     def run_suffix(self, k: int, crossing: dict[str, Any], timed: bool = False):
         """Model output from the crossing tensors, units 1..k stubbed out."""
-        times: list[tuple[int, float]] = []
+        spans: list[tuple] = []
         with self._stubbed(k, crossing) as x:
             handles = []
             if timed:
                 clock = layer_clock(True, on_cuda(x))
-                handles = self._timing_hooks(k + 1, self.n, clock, times)
+                handles = self._timing_hooks(k + 1, self.n, clock, spans)
             try:
                 with torch.no_grad():
                     out = self.model(x)
             finally:
                 for h in handles:
                     h.remove()
-        return out, times
+        return out, spans_to_ms(spans)
 
     @contextmanager
     def _stubbed(self, k: int, crossing: dict[str, Any]) -> Iterator[Any]:
@@ -384,17 +387,17 @@ class HookEngine:
 
     def run_full(self, x: Tensor, timed: bool | str = False):
         """The whole model, with per-unit timing hooks if timed (``"cpu"``: CPU ms)."""
-        times: list[tuple[int, float]] = []
+        spans: list[tuple] = []
         handles = []
         if timed:
-            handles = self._timing_hooks(1, self.n, layer_clock(timed, on_cuda(x)), times)
+            handles = self._timing_hooks(1, self.n, layer_clock(timed, on_cuda(x)), spans)
         try:
             with torch.no_grad():
                 out = self.model(x)
         finally:
             for h in handles:
                 h.remove()
-        return out, times
+        return out, spans_to_ms(spans)
 
 
 class _Stub:

@@ -285,10 +285,25 @@ def encode_tensor(name: str, tensor: torch.Tensor, cfg: CodecConfig) -> EncodedT
             nbytes = t.numel() * DTYPES[dname][1]
             return _compress(name, dname, tuple(t.shape), nbytes, reduced, cfg, lossy)
     if not t.is_cpu:
-        t = t.cpu()
+        t = to_host(t)
     if not t.is_contiguous():
         t = t.contiguous()
     return _compress(name, dname, tuple(t.shape), t.nbytes, t, cfg, lossy)
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the CPU. From a CUDA device it is copied into page-locked (pinned) host
+    memory, which the copy engine writes directly (a pageable ``.cpu()`` goes through the
+    driver's staging buffer in pieces), then the stream is waited for; the pinned block
+    comes from torch's caching host allocator, so after the first inference of a shape
+    nothing is allocated from the driver, and the tensor owns its block for as long as
+    the frame holds it (a pipelined stage may send one while it computes the next)."""
+    if t.device.type != "cuda":
+        return t.cpu()
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    torch.cuda.current_stream(t.device).synchronize()
+    return host
 
 
 def _compress(
