@@ -158,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.startup_delay > 0:
         time.sleep(args.startup_delay)
 
+    from experiment_design.runtime import heap
     from experiment_design.runtime.allocator import configure
 
     configure(args.allocator)
+    heap.activate()
 
     from experiment_design.runtime.logcapture import LogBuffer
 

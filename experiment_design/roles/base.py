@@ -44,6 +44,7 @@ from experiment_design.protocol import (
     WarmupDone,
     Wiring,
 )
+from experiment_design.runtime import heap
 from experiment_design.runtime.control import control
 
 log = logging.getLogger(__name__)
@@ -275,6 +276,12 @@ class ParticipantService(rpyc.Service):
         self.config = config.to_dict()
         self.instance = config.instance or self.instance
         self.setup_info = SetupInfo.from_dict(self.on_setup(self.config))
+        # the model, its code and the inputs live for the whole run: no collection
+        # should walk them again (see runtime/heap.py)
+        found = heap.settle()
+        if found:
+            log.info("heap settled: %d objects frozen, %d left to the collector (collect "
+                     "%.0f ms)", found["frozen"], found["tracked"], found["collect_ms"])
         return self.setup_info
 
     @control()
@@ -331,6 +338,7 @@ class ParticipantService(rpyc.Service):
         """Unrecorded warm-up work; returns ``{"seconds"}``."""
         t0 = time.perf_counter()
         self.warmup(int(req.rounds))
+        heap.settle()  # what the start-up probes and the warm-up left, before measuring
         return WarmupDone(seconds=time.perf_counter() - t0)
 
     def warmup(self, n: int) -> None:
@@ -354,6 +362,7 @@ class ParticipantService(rpyc.Service):
             if self._task_thread is not None and self._task_thread.is_alive():
                 raise TracrError(f"{self.instance}: task '{self._task_name}' is still running")
         task = create_task(spec.task, **spec.params)
+        heap.settle()  # collected here, not inside the task's first measurements
         with self._lock:
             self._state, self._task_name, self._error = "running", spec.task, None
             self._done, self._total = 0, None
@@ -367,6 +376,11 @@ class ParticipantService(rpyc.Service):
         try:
             task.run(self)
             state, error = "done", None
+            if heap.active():
+                gcs = heap.WATCH.totals()
+                log.info("garbage collections since set-up (generations 0/1/2): %s, %s ms, "
+                         "longest %.1f ms", "/".join(map(str, gcs["collections"])),
+                         "/".join(f"{v:.1f}" for v in gcs["ms"]), gcs["longest_ms"])
         except Exception as exc:  # reported through poll(), never lost
             log.error("task %s failed: %s", task.name, exc)
             log.debug("%s", traceback.format_exc())
