@@ -69,7 +69,7 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
     state.extra.update(pipeline_summary(state.configs))
     summary = build_summary(
         w.rows,
-        transport=run_transport(state),
+        transport=run_transport(state, w.rows),
         experiment=state.manifest.name,
         run_id=w.run_id,
         status="interrupted" if interrupted else ("ok" if ok else "failed"),
@@ -111,9 +111,12 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
                      errors=list(state.errors))
 
 
-def run_transport(state: RunState) -> str | None:
+def run_transport(state: RunState, rows: list[dict]) -> str | None:
     """The label of the manifest's transport (what the run sends with unless a partitioner
-    or a sweep says otherwise), or None when it does not parse."""
+    or a sweep says otherwise) where ``rows`` were sent with several transports, else None
+    (the label is needed only then, and the codec module imports torch)."""
+    if len({r.get("transport") for r in rows if not r.get("error")} - {"", None}) < 2:
+        return None
     from experiment_design.errors import TracrError
     from experiment_design.transport.codec import CodecConfig
 

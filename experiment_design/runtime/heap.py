@@ -32,10 +32,11 @@ _active = False
 
 
 def activate() -> None:
-    """Make this process a participant's: :func:`settle` acts and :data:`WATCH` times
-    every collection. Only ``experiment_design.participant`` calls it: a frozen object
-    is never collected, so freezing a process that builds and drops many models (a test
-    run, a notebook) would keep every cycle among them for good."""
+    """Make this process one whose pauses matter: :func:`settle` acts and :data:`WATCH`
+    times every collection. Only a participant (``experiment_design.participant``) and
+    the lab's pacer call it: a frozen object is never collected, so freezing a process
+    that builds and drops many models (a test run, a notebook) would keep every cycle
+    among them for good."""
     global _active
     _active = True
     WATCH.install()
@@ -88,7 +89,7 @@ class PauseWatch:
         self.longest_ms = max(self.longest_ms, ms)
         if ms >= LONG_PAUSE_MS:
             log.warning("garbage collection (generation %d, %d objects collected) paused "
-                        "this participant %.1f ms", gen, int(info.get("collected", 0)), ms)
+                        "this process %.1f ms", gen, int(info.get("collected", 0)), ms)
 
     def install(self) -> PauseWatch:
         """Add to ``gc.callbacks`` (once)."""

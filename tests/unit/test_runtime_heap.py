@@ -70,4 +70,4 @@ def test_the_watch_times_collections_and_logs_the_long_ones(caplog):
     watch._start -= 0.010  # a collection that took 10 ms
     watch("stop", {"generation": 1, "collected": 0})
     assert watch.count == [0, 1, 1] and watch.longest_ms >= 10
-    assert "paused this participant" in caplog.text
+    assert "paused this process" in caplog.text
