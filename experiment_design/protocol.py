@@ -369,6 +369,9 @@ class Measurements(Message):
     #: the fidelity probe the head runs before the partitioner's setup (a partitioner's
     #: ``probe_request()``), when a partitioner scored afterwards needs one
     fidelity: dict | None = None
+    #: the splits the partitioners scored afterwards choose from these measurements: a
+    #: racing sweep races them beside its own contenders
+    scored_choices: list | None = None
 
 
 @dataclass

@@ -87,6 +87,36 @@ def _needs_fidelity(name: str) -> bool:
     return "fidelity" in get_partitioner(name).needs
 
 
+def split_choices(names: Iterable[str | Mapping], ctx: Mapping,
+                  sweep: Mapping | None = None) -> list[int]:
+    """The splits the split-only partitioners among ``names`` choose from the start-up
+    measurements ``ctx`` (``PartitionContext`` fields), before the sweep: a racing sweep
+    races them beside its own contenders (``PartitionContext.scored_choices``), so each is
+    scored on a measured median, not on the walk's few samples. A partitioner that cannot
+    decide yet (one that needs the sweep's medians, or the fidelity probe) is left out."""
+    from experiment_design.errors import TracrError
+    from experiment_design.partitioners import PartitionContext
+
+    base = PartitionContext.from_dict(dict(ctx))
+    out = set()
+    for entry in names:
+        _, name, params = _spec(entry)
+        if _needs_fidelity(name):
+            continue
+        try:
+            part = _create(name, params, sweep)
+            if "measured" in part.needs:
+                continue
+            part.setup(dataclasses.replace(base))
+            chosen = part.decision().get("chosen")
+        except TracrError as e:
+            log.info("partitioner %s cannot choose before the sweep: %s", name, e)
+            continue
+        if chosen is not None:
+            out.add(int(chosen))
+    return sorted(out)
+
+
 def pair_params(params: Mapping, sweep: Mapping | None) -> dict:
     """A scored split-codec's params, with the sweep's ``transports`` and ``splits`` where
     it names none: it then chooses among the pairs the sweep measured."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from app_api.results.store import ResultsWriteError
-from app_api.runner.evaluate import fidelity_request
+from app_api.runner.evaluate import fidelity_request, split_choices
 from app_api.runner.state import RunState
 from experiment_design.protocol import LinkProbe, Measurements, ProfileParams, partition_context
 from experiment_design.roles.profiling import cold_gap_for
@@ -35,6 +35,10 @@ def warmup(state: RunState) -> None:
         if evaluate and state.eval_ctx is None and "fidelity" not in needs:
             # a scored partitioner that needs the head's fidelity probe (split-codec)
             ctx.fidelity = fidelity_request(evaluate, (m.partitioner or {}).get("params"))
+        if evaluate and state.eval_ctx is None:
+            # what the scored partitioners will choose, raced beside the sweep's contenders
+            ctx.scored_choices = split_choices(evaluate, partition_context(info, ctx),
+                                               (m.partitioner or {}).get("params")) or None
         plan = state.client(inst).prepare_partitioner(ctx)
         state.partitioners[inst] = None if plan is None else plan.to_dict()
         if evaluate and state.eval_ctx is None:

@@ -24,7 +24,10 @@ class PartitionContext:
     partitioner asks for them via :attr:`Partitioner.needs`; ``fidelity`` is the head's
     start-up probe of (split, transport) pairs (``{items, seconds, pairs: [{split,
     transport, top1_agree, cosine_min, bytes, encode_ms, decode_ms, ...}]}``, see
-    :func:`experiment_design.runtime.fidelity.probe`).
+    :func:`experiment_design.runtime.fidelity.probe`). ``scored_choices`` are the splits
+    the partitioners scored after the sweep chose from the same start-up measurements (a
+    racing sweep measures them beside its contenders, so each choice is scored on as many
+    samples as the splits it is compared with).
     """
 
     layers: list[dict] = field(default_factory=list)
@@ -35,6 +38,7 @@ class PartitionContext:
     network: dict | None = None
     measured: dict | None = None
     fidelity: dict | None = None
+    scored_choices: list[int] | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON form (what crosses the control channel)."""

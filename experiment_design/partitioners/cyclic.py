@@ -116,6 +116,8 @@ class CyclicPartitioner(Partitioner):
         self.splits = splits
         self.allowed: list[int] = []
         self.contenders: list[int] = []
+        #: the scored partitioners' choices a race also measures (see _pick_contenders)
+        self.scored: list[int] = []
         self.e2e: dict[int, list[float]] = {}
         self._n = 0
         self._pos = 0
@@ -154,6 +156,7 @@ class CyclicPartitioner(Partitioner):
         self._visits = _visits(len(self.slots), self.repeats, self.order, self.seed)
         self._queue, self._raced, self._rounds, self.stopped = [], 0, 0, None
         self._seen, self.item = {}, 0
+        self.scored = sorted({int(k) for k in (ctx.scored_choices or [])})
 
     def _walk(self) -> int:
         return len(self.slots) * self.repeats
@@ -169,12 +172,21 @@ class CyclicPartitioner(Partitioner):
             self.e2e.setdefault(int(split), []).append(float(row["e2e_ms"]))
 
     def _pick_contenders(self) -> list[int]:
-        """The allowed splits with the lowest median e2e so far (unmeasured ones last)."""
+        """The allowed splits with the lowest median e2e so far (unmeasured ones last); a
+        race adds the splits the scored partitioners chose (``ctx.scored_choices``): with
+        the walk's few samples of a split (three, where one sample's CPU time moves 2x on
+        a paced edge) a choice could be left out of the race on an unlucky walk and scored
+        as if it had lost it (MobileNetV2's split 32, which does less than split 33 and
+        sends the same bytes, read 61.8 ms from three samples against 33's 45.1 from 81)."""
         def key(k: int) -> tuple[float, int]:
             v = self.e2e.get(k)
             return (statistics.median(v) if v else float("inf"), k)
 
-        return sorted(self.allowed, key=key)[: min(self.n_contenders, len(self.allowed))]
+        top = sorted(self.allowed, key=key)[: min(self.n_contenders, len(self.allowed))]
+        if not self.race:
+            return top
+        extra = [k for k in self.scored if k in self.allowed and k not in top]
+        return sorted(top + extra, key=key)
 
     def next_split(self) -> int:
         """The walk (each allowed split ``repeats`` times), then the refine rounds over the
@@ -283,7 +295,8 @@ class CyclicPartitioner(Partitioner):
             out.update(refine=self.refine, contenders=self.contenders)
         if self.race:
             out.update(race={**self.race, "stopped": self.stopped, "contenders": self.contenders,
-                             "rounds": self._rounds, "inferences": self._raced},
+                             "rounds": self._rounds, "inferences": self._raced,
+                             "scored_choices": self.scored},
                        inferences=self._n)
         if self.transports:
             from experiment_design.runtime.fidelity import transport_label

@@ -257,3 +257,36 @@ def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path)
     assert len(rows) == dec["inferences"] == 3 * 3 + race["inferences"]
     assert [int(r["split"]) for r in rows[:9]] == [0, 8, 22] * 3  # the walk, round-robin
     print(json.dumps(race))
+
+
+def test_a_race_measures_the_scored_partitioners_choices_too(tmp_path):
+    """The splits predicted-argmin and neurosurgeon choose from the start-up measurements
+    are raced beside the walk's fastest split, so each is scored on a raced median."""
+    from app_api.manifest import load_manifest
+    from app_api.results import read_csv
+    from app_api.runner import run_experiment
+
+    overrides = [
+        "participant_instances.edge-1.device=localhost",
+        "participant_instances.cloud-1.device=localhost",
+        "partitioner.params.repeats=2",
+        "partitioner.params.contenders=1",
+        "partitioner.params.race={confidence: 0.95, budget: 12, min_samples: 3}",
+        "dataset.params.limit=1",
+        "run.warmup=1",
+    ]
+    result = run_experiment(
+        load_manifest("neurosurgeon-alexnet", overrides), out_dir=tmp_path / "run", progress=False
+    )
+    assert result.ok, result.errors
+    s = result.summary
+    race = s["partitioner"]["edge-1"]["decision"]["race"]
+    chosen = {p["chosen"] for name, p in s["partitioners"].items() if name != "measured"}
+    assert set(race["scored_choices"]) == chosen, (race, s["partitioners"])
+    rows = read_csv(result.run_dir / "inferences.csv")
+    walk = 2 * len(s["splits"])
+    raced = {int(r["split"]) for r in rows[walk:]}
+    if race["rounds"]:
+        assert chosen <= raced  # each choice was raced, whatever the walk made of it
+    else:  # the walk's fastest split was every partitioner's choice: nothing to race
+        assert chosen == set(race["contenders"])

@@ -13,6 +13,7 @@ from app_api.runner.evaluate import (
     evaluate_partitioners,
     evaluate_run,
     spearman,
+    split_choices,
     summary_view,
     write_partitioners_json,
 )
@@ -273,3 +274,16 @@ def test_pair_noise_is_the_split_half_regret_over_the_pairs_above_the_floor():
     assert noise["pairs"] == 3 and noise["floor"] == 0.99
     assert noise["regret"] == pytest.approx((22.0 / 20.0 + 24.0 / 22.0) / 2)
     assert pair_noise(rows, pairs[3:], 0.99) is None
+
+
+def test_the_split_only_choices_are_known_before_the_sweep():
+    import dataclasses
+
+    ctx = dataclasses.asdict(_ctx())
+    # predicted-argmin chooses 0 (see test_evaluate_regret_and_spearman); the oracle needs
+    # the sweep's medians and split-codec the fidelity probe: neither can choose yet
+    got = split_choices(["predicted-argmin", "measured", "split-codec"], ctx)
+    assert got == [0]
+    both = split_choices(["predicted-argmin", {"name": "neurosurgeon", "label": "n4",
+                                               "params": {"criterion": "ineq4"}}], ctx)
+    assert 0 in both and all(k in (0, 1, 2, 3) for k in both)
