@@ -12,4 +12,5 @@ BENCHMARKS = {
     "deploy": "zero-deploy: time to all participants ready, and teardown time",
     "pipeline": "a pipelined run against its bound, latency mode and the best single device",
     "quota": "how steady one CPU's compute time is, unlimited and under a CPU quota",
+    "drift": "how far this machine's speed for the same work moves over minutes, per CPU",
 }
