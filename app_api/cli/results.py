@@ -535,6 +535,12 @@ def _print_partitioners(console, summary: dict) -> None:
             console.print(f"race ({name}): stopped after {race.get('inferences')} inferences in "
                           f"{race.get('rounds')} rounds: {why} at {race.get('confidence'):.0%}; "
                           f"left: {', '.join(str(k) for k in race.get('contenders') or [])}")
+            if race.get("best_halfwidth_pct") is not None:
+                goal = race.get("precision")
+                met = ("" if goal is None else
+                       f" (precision {100 * goal:g}%: {'reached' if race.get('precise') else 'not reached'})")
+                console.print(f"  best's median known to +/-{race['best_halfwidth_pct']:.1f}% "
+                              f"at {race.get('confidence'):.0%}{met}", highlight=False)
 
 
 MAX_CONFIGS = 20  # more (a sweep): `results show` lists the fastest and the baselines

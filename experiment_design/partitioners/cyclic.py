@@ -12,7 +12,7 @@ from experiment_design.partitioners.base import (
     Partitioner,
     register_partitioner,
 )
-from experiment_design.stats import separated
+from experiment_design.stats import bootstrap_medians, interval, separated
 
 
 @register_partitioner("cyclic")
@@ -41,7 +41,14 @@ class CyclicPartitioner(Partitioner):
     ``min_samples`` measurements; it stops when one is left (``"separated"``) or after
     ``budget`` extra inferences (``"budget"``), whichever comes first, and
     :meth:`finished` says so (the infer-dataset task stops there). A raced sweep is one
-    pass; :meth:`sweep_length` is then an upper bound, walk + ``budget``.
+    pass; :meth:`sweep_length` is then an upper bound, walk + ``budget``. With
+    ``precision`` (e.g. ``0.015``), a race whose winner is separated goes on measuring the
+    winner alone, five inferences a round, until the ``confidence`` interval of its median
+    is within ``precision`` of the median on either side or the budget is spent: a winner
+    separated after five inferences otherwise keeps a median uncertain by 5-20%, more than
+    the difference between two runs that a reader compares. The decision gives the
+    winner's interval half-width (``best_halfwidth_pct``) either way, and with
+    ``precision`` whether it was reached (``precise``).
 
     Resuming (``tracr experiment run NAME --resume RUN`` sets these): ``done``
     (``{split: n}``) counts the measurements an earlier, incomplete run already
@@ -244,6 +251,11 @@ class CyclicPartitioner(Partitioner):
         else:
             self.contenders = self._survivors()
         if len(self.contenders) <= 1:
+            left = self.race["budget"] - self._raced
+            if self.contenders and left > 0 and not self._precise(self.contenders[0]):
+                self._rounds += 1
+                self._queue = [self.contenders[0]] * min(PRECISION_ROUND, left)
+                return
             self.stopped = "separated"
         elif self._raced >= self.race["budget"]:
             self.stopped = "budget"
@@ -260,6 +272,24 @@ class CyclicPartitioner(Partitioner):
         ranked = sorted(self.contenders, key=lambda k: (med(k), k))
         best = ranked[0]
         return [best] + [k for k in ranked[1:] if not self._separated(k, best)]
+
+    def _halfwidth(self, k: int) -> float | None:
+        """Half the width of the ``confidence`` bootstrap interval of split ``k``'s median,
+        as a share of that median (None before ``min_samples`` measurements)."""
+        v = self.e2e.get(k, [])
+        if len(v) < self.race["min_samples"]:
+            return None
+        boot = bootstrap_medians(v, [self.seed, k, len(v), 2], self.race["resamples"])
+        lo, hi = interval(boot, self.race["confidence"])
+        med = statistics.median(v)
+        return (hi - lo) / 2 / med if med > 0 else None
+
+    def _precise(self, k: int) -> bool:
+        """Whether split ``k``'s median is known to ``precision`` (always, without it)."""
+        if self.race.get("precision") is None:
+            return True
+        h = self._halfwidth(k)
+        return h is not None and h <= self.race["precision"]
 
     def _separated(self, k: int, best: int) -> bool:
         """Whether the percentile-bootstrap interval (at ``confidence``) of median(k) -
@@ -294,9 +324,13 @@ class CyclicPartitioner(Partitioner):
         if self.refine:
             out.update(refine=self.refine, contenders=self.contenders)
         if self.race:
+            h = self._halfwidth(self.contenders[0]) if self.contenders else None
             out.update(race={**self.race, "stopped": self.stopped, "contenders": self.contenders,
                              "rounds": self._rounds, "inferences": self._raced,
-                             "scored_choices": self.scored},
+                             "scored_choices": self.scored,
+                             "best_halfwidth_pct": None if h is None else round(100 * h, 2),
+                             "precise": (None if self.race["precision"] is None
+                                         else h is not None and h <= self.race["precision"])},
                        inferences=self._n)
         if self.transports:
             from experiment_design.runtime.fidelity import transport_label
@@ -310,7 +344,11 @@ class CyclicPartitioner(Partitioner):
 ORDERS = ("interleaved", "sequential", "shuffled")
 
 #: the race's settings and their defaults
-_RACE = {"confidence": 0.95, "budget": None, "min_samples": 5, "resamples": 1000}
+_RACE = {"confidence": 0.95, "budget": None, "min_samples": 5, "resamples": 1000,
+         "precision": None}
+
+#: inferences of a separated winner per round while its median is not yet precise
+PRECISION_ROUND = 5
 
 
 def _visits(n_slots: int, repeats: int, order: str, seed: int) -> list[int]:
@@ -345,10 +383,18 @@ def _race(race: Any) -> dict | None:
     except (TypeError, ValueError):
         raise TracrError(f"cyclic: race needs a numeric confidence and an integer budget, "
                          f"got {race!r}") from None
-    if not 0.5 <= conf < 1.0 or budget < 1 or n_min < 2 or draws < 100:
+    precision = out["precision"]
+    try:
+        precision = None if precision is None else float(precision)
+    except (TypeError, ValueError):
+        precision = -1.0
+    if not 0.5 <= conf < 1.0 or budget < 1 or n_min < 2 or draws < 100 or (
+            precision is not None and not 0.0 < precision < 1.0):
         raise TracrError(f"cyclic: race needs 0.5 <= confidence < 1, budget >= 1, "
-                         f"min_samples >= 2 and resamples >= 100, got {race!r}")
-    return {"confidence": conf, "budget": budget, "min_samples": n_min, "resamples": draws}
+                         f"min_samples >= 2, resamples >= 100 and 0 < precision < 1 "
+                         f"(a share of the median, e.g. 0.015), got {race!r}")
+    return {"confidence": conf, "budget": budget, "min_samples": n_min, "resamples": draws,
+            "precision": precision}
 
 
 #: lossy reductions that apply to an image model's input only (split 0)

@@ -238,7 +238,7 @@ def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path)
         "partitioner.params.repeats=3",
         "partitioner.params.contenders=3",
         "+partitioner.params.splits=[0,8,22]",
-        "partitioner.params.race={confidence: 0.9, budget: 12, min_samples: 3}",
+        "partitioner.params.race={confidence: 0.9, budget: 12, min_samples: 3, precision: 0.01}",
         "dataset.params.limit=1",
         "run.warmup=1",
         "evaluate.partitioners=[]",
@@ -253,6 +253,9 @@ def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path)
     assert race["stopped"] in ("separated", "budget"), race
     assert race["stopped"] == "budget" or len(race["contenders"]) == 1
     assert 0 < race["inferences"] <= 12 and set(race["contenders"]) <= {0, 8, 22}
+    # the winner's median: how well it is known, and whether the precision was reached
+    assert race["precision"] == 0.01 and race["best_halfwidth_pct"] > 0
+    assert race["precise"] == (race["best_halfwidth_pct"] <= 1.0)
     rows = read_csv(result.run_dir / "inferences.csv")
     assert len(rows) == dec["inferences"] == 3 * 3 + race["inferences"]
     assert [int(r["split"]) for r in rows[:9]] == [0, 8, 22] * 3  # the walk, round-robin

@@ -140,6 +140,34 @@ def test_the_scored_partitioners_choices_are_raced_beside_the_contenders():
     assert set(seen[12:]) == {0, 1}
 
 
+def test_with_precision_a_separated_winner_is_measured_alone_until_its_median_is_known():
+    # resnet18 at 64 MB/s on the paced lab: the race separated split 0 after five
+    # inferences, and its median (39.8 / 40.9 / 45.1 ms in three runs) was uncertain by
+    # 5-11% either side, more than the 3% two runs may differ by
+    means = {0: 40.0, 1: 80.0, 2: 90.0, 3: 100.0}
+
+    def run(**race_params):
+        rng = random.Random(4)
+        p = create_partitioner("cyclic", repeats=3, contenders=2,
+                               race={"confidence": 0.95, "budget": 300, **race_params})
+        p.setup(ctx())
+        seen = race(p, lambda k: means[k] * (1 + rng.gauss(0.0, 0.08)))
+        return p.decision()["race"], Counter(seen[12:])
+
+    plain, plain_seen = run()
+    assert plain["stopped"] == "separated" and plain["precise"] is None
+    assert plain["best_halfwidth_pct"] > 1.5 and plain_seen[0] < 10
+    precise, seen = run(precision=0.015)
+    assert precise["stopped"] == "separated" and precise["contenders"] == [0]
+    assert precise["precise"] is True and precise["best_halfwidth_pct"] <= 1.5
+    assert seen[0] > 30 and seen[1] == plain_seen[1]  # only the winner measured more
+    assert precise["inferences"] < 300
+    # a budget too small for the precision: the race ends with what it has, and says so
+    short, _ = run(precision=0.005, budget=40)
+    assert short["stopped"] == "separated" and short["inferences"] == 40
+    assert short["precise"] is False and short["best_halfwidth_pct"] > 0.5
+
+
 def test_a_single_allowed_split_is_separated_at_once():
     p = create_partitioner("cyclic", splits=[2], race={"budget": 10})
     p.setup(ctx())
@@ -163,6 +191,9 @@ def test_without_race_the_walk_never_finishes():
     {"race": {"budget": 10}, "refine": 2},
     {"race": {"budget": 10}, "passes": 2},
     {"race": {"budget": 10}, "done": {0: 1}},
+    {"race": {"budget": 10, "precision": 0}},
+    {"race": {"budget": 10, "precision": 2}},
+    {"race": {"budget": 10, "precision": "tight"}},
 ])
 def test_race_settings_are_checked(params):
     with pytest.raises(TracrError, match="race"):
