@@ -164,24 +164,29 @@ def test_partitioners_scored_against_a_real_alexnet_sweep(cloud, tmp_path):
     print(json.dumps(view, indent=1))
 
 
-def test_live_neurosurgeon_in_a_real_localhost_run(tmp_path):
-    """The runner profiles both participants and probes the link; the edge decides once."""
-    name = "neurosurgeon"
+def _run_on_localhost(tmp_path, overrides: list[str]):
+    """neurosurgeon-alexnet with both participants on this machine, plus ``overrides``;
+    the run must succeed."""
     from app_api.manifest import load_manifest
     from app_api.runner import run_experiment
 
-    overrides = [
-        "participant_instances.edge-1.device=localhost",
-        "participant_instances.cloud-1.device=localhost",
+    local = ["participant_instances.edge-1.device=localhost",
+             "participant_instances.cloud-1.device=localhost"]
+    result = run_experiment(load_manifest("neurosurgeon-alexnet", local + overrides),
+                            out_dir=tmp_path / "run", progress=False)
+    assert result.ok, result.errors
+    return result
+
+
+def test_live_neurosurgeon_in_a_real_localhost_run(tmp_path):
+    """The runner profiles both participants and probes the link; the edge decides once."""
+    name = "neurosurgeon"
+    result = _run_on_localhost(tmp_path, [
         f"partitioner.name={name}",
         "partitioner.params={}",
         "dataset.params.limit=2",
         "run.warmup=1",
-    ]
-    result = run_experiment(
-        load_manifest("neurosurgeon-alexnet", overrides), out_dir=tmp_path / "run", progress=False
-    )
-    assert result.ok, result.errors
+    ])
     dec = result.summary["partitioner"]["edge-1"]["decision"]
     assert dec["name"] == name
     assert str(dec["chosen"]) in {str(k) for k in dec["predicted"]}  # JSON keys are strings
@@ -196,21 +201,12 @@ def test_live_neurosurgeon_in_a_real_localhost_run(tmp_path):
 
 def test_runner_scores_partitioners_after_a_cyclic_sweep(tmp_path):
     """`evaluate.partitioners` in a manifest: summary.json "partitioners" + partitioners.json."""
-    from app_api.manifest import load_manifest
-    from app_api.runner import run_experiment
-
-    overrides = [
-        "participant_instances.edge-1.device=localhost",
-        "participant_instances.cloud-1.device=localhost",
+    result = _run_on_localhost(tmp_path, [
         "partitioner.params.repeats=1",
         "~partitioner.params.race",
         "dataset.params.limit=1",
         "run.warmup=1",
-    ]
-    result = run_experiment(
-        load_manifest("neurosurgeon-alexnet", overrides), out_dir=tmp_path / "run", progress=False
-    )
-    assert result.ok, result.errors
+    ])
     if "partitioners" not in result.summary:
         pytest.skip("the runner does not call app_api.runner.evaluate.evaluate_run yet")
     view = result.summary["partitioners"]
@@ -228,13 +224,9 @@ def test_runner_scores_partitioners_after_a_cyclic_sweep(tmp_path):
 def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path):
     """`race`: the edge's task stops when the partitioner says the race is over; the
     decision in summary.json is the final one and counts every row."""
-    from app_api.manifest import load_manifest
     from app_api.results import read_csv
-    from app_api.runner import run_experiment
 
-    overrides = [
-        "participant_instances.edge-1.device=localhost",
-        "participant_instances.cloud-1.device=localhost",
+    result = _run_on_localhost(tmp_path, [
         "partitioner.params.repeats=3",
         "partitioner.params.contenders=3",
         "+partitioner.params.splits=[0,8,22]",
@@ -242,11 +234,7 @@ def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path)
         "dataset.params.limit=1",
         "run.warmup=1",
         "evaluate.partitioners=[]",
-    ]
-    result = run_experiment(
-        load_manifest("neurosurgeon-alexnet", overrides), out_dir=tmp_path / "run", progress=False
-    )
-    assert result.ok, result.errors
+    ])
     dec = result.summary["partitioner"]["edge-1"]["decision"]
     race = dec["race"]
     assert dec["order"] == "interleaved" and dec["sweep_length"] == 3 * 3 + 12
@@ -265,23 +253,15 @@ def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path)
 def test_a_race_measures_the_scored_partitioners_choices_too(tmp_path):
     """The splits predicted-argmin and neurosurgeon choose from the start-up measurements
     are raced beside the walk's fastest split, so each is scored on a raced median."""
-    from app_api.manifest import load_manifest
     from app_api.results import read_csv
-    from app_api.runner import run_experiment
 
-    overrides = [
-        "participant_instances.edge-1.device=localhost",
-        "participant_instances.cloud-1.device=localhost",
+    result = _run_on_localhost(tmp_path, [
         "partitioner.params.repeats=2",
         "partitioner.params.contenders=1",
         "partitioner.params.race={confidence: 0.95, budget: 12, min_samples: 3}",
         "dataset.params.limit=1",
         "run.warmup=1",
-    ]
-    result = run_experiment(
-        load_manifest("neurosurgeon-alexnet", overrides), out_dir=tmp_path / "run", progress=False
-    )
-    assert result.ok, result.errors
+    ])
     s = result.summary
     race = s["partitioner"]["edge-1"]["decision"]["race"]
     chosen = {p["chosen"] for name, p in s["partitioners"].items() if name != "measured"}
