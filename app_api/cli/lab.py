@@ -23,7 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmds = p.add_subparsers(dest="lab_cmd", metavar="CMD")
 
     up = cmds.add_parser("up", help="create the lab hosts, pair them, shape and measure the link")
-    up.add_argument("--hosts", type=int, default=2, help="number of hosts (default 2)")
+    up.add_argument("--hosts", type=int, default=None, help="number of hosts (default 2)")
+    up.add_argument(
+        "--manifest",
+        metavar="NAME",
+        help="bring up the lab this experiment states (its 'lab' section: hosts, CPU shares "
+        "and mode; its 'network' section: the first rate and the delay); no other lab flag",
+    )
     up.add_argument("--bandwidth", metavar="RATE", help=_RATE_HELP)
     up.add_argument(
         "--delay",
@@ -103,19 +109,20 @@ def _say(args: argparse.Namespace):
 def cmd_up(args: argparse.Namespace) -> int:
     from app_api import lab
 
-    if not args.json:
-        print(f"tracr lab up: {args.hosts} host(s)", flush=True)
-    state = lab.up(
-        hosts=args.hosts,
+    kwargs = dict(
+        hosts=2 if args.hosts is None else args.hosts,
         bandwidth=args.bandwidth,
         delay_ms=args.delay,
         cpu_quota=args.cpu_quota,
         cpu_period_ms=args.cpu_period_ms,
         cpu_mode=args.cpu_mode,
         pin=not args.no_pin,
-        verify=not args.no_verify,
-        say=_say(args),
     )
+    if args.manifest:
+        kwargs = _stated_lab(args)
+    if not args.json:
+        print(f"tracr lab up: {kwargs['hosts']} host(s)", flush=True)
+    state = lab.up(**kwargs, verify=not args.no_verify, say=_say(args))
     if args.json:
         print(json.dumps(state, indent=2))
     else:
@@ -124,6 +131,29 @@ def cmd_up(args: argparse.Namespace) -> int:
             "use the hosts as devices lab-1 ... in manifests; 'tracr lab down' removes everything"
         )
     return 0
+
+
+def _stated_lab(args: argparse.Namespace) -> dict:
+    """``lab.up`` keyword arguments for the lab that ``args.manifest`` states."""
+    from app_api.lab.requirement import LabSpec
+    from app_api.manifest import load_manifest
+    from experiment_design.errors import TracrError
+
+    given = [flag for flag, value in (
+        ("--hosts", args.hosts), ("--bandwidth", args.bandwidth), ("--delay", args.delay),
+        ("--cpu-quota", args.cpu_quota), ("--cpu-period-ms", args.cpu_period_ms),
+        ("--no-pin", args.no_pin)) if value not in (None, [], False)]
+    if args.cpu_mode != "quota":
+        given.append("--cpu-mode")
+    if given:
+        raise TracrError(f"--manifest states the lab; {', '.join(given)} cannot be given with it",
+                         hint="drop the flags, or drop --manifest and give the lab by flags")
+    manifest = load_manifest(args.manifest)
+    spec = LabSpec.from_section(manifest.lab)
+    if spec is None:
+        raise TracrError(f"{manifest.name} states no lab (it has no 'lab' section)",
+                         hint="give the lab by flags: tracr lab up --hosts 2 --bandwidth 4MB/s")
+    return spec.up_kwargs(manifest.network)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -71,6 +71,10 @@ class Manifest:
         doc="{bandwidth, bandwidths, delay_ms, jitter_ms, loss_pct} (lab link shaping)",
     )
     evaluate = property(lambda self: self._section("evaluate"), doc="{partitioners: [names]}")
+    lab = property(
+        lambda self: self._section("lab"),
+        doc="{hosts, cpu, cpu_mode, cpu_period_ms, pin, on_mismatch} or None (the lab needed)",
+    )
     pipeline = property(
         lambda self: self._section("pipeline"),
         doc="{chain, modes, count, in_flight, queue, baselines} (chains of stages)",

@@ -86,6 +86,21 @@ def _rate_check(v: Any) -> str | None:
     return None
 
 
+def _lab_check(v: dict) -> str | None:
+    """The hosts ``lab.cpu`` names must be among the ``lab.hosts`` the lab has."""
+    hosts = v.get("hosts")
+    if not isinstance(hosts, int) or isinstance(hosts, bool):
+        return None  # the key's own check says what is wrong
+    valid = [f"lab-{i}" for i in range(1, hosts + 1)]
+    for name in v.get("cpu") or {}:
+        if name not in valid:
+            close = difflib.get_close_matches(str(name), valid, n=1)
+            return (f"lab.cpu names '{name}', which a lab of {hosts} host(s) does not have."
+                    + (f" Did you mean '{close[0]}'?" if close else "")
+                    + f" The valid options are [{', '.join(valid)}].")
+    return None
+
+
 def _mapping_or(name_key: str) -> Callable[[Any], Any]:
     """Accept ``key: value`` as shorthand for ``key: {name_key: value}``."""
 
@@ -214,6 +229,27 @@ SCHEMA = Field(
                 "delay_ms": Field("number", default=None, nullable=True, min=0),
                 "jitter_ms": Field("number", default=None, nullable=True, min=0),
                 "loss_pct": Field("number", default=None, nullable=True, min=0, max=100),
+            },
+        ),
+        "lab": Field(
+            "map",
+            default=None,
+            nullable=True,
+            doc="the emulated lab this experiment needs (app_api.lab.requirement); the run "
+                "checks the lab that is up against it before any device is touched",
+            check=_lab_check,
+            keys={
+                "hosts": Field("int", min=1, max=200, doc="how many lab hosts"),
+                "cpu": Field("map", default={}, values=Field("number", min=0.001, max=64),
+                             doc="host -> share of one core (hosts not named: unlimited)"),
+                "cpu_mode": Field("str", default="quota", choices=("quota", "duty"),
+                                  doc="how a share slows a host (tracr lab up --cpu-mode)"),
+                "cpu_period_ms": Field("number", default=None, nullable=True, min=0.1,
+                                       doc="CFS period or pacer tick (null: the mode's default)"),
+                "pin": Field("bool", default=True, doc="one CPU per host (tracr lab up)"),
+                "on_mismatch": Field("str", default="refuse", choices=("refuse", "record"),
+                                     doc="refuse: a lab that differs stops the run; record: "
+                                         "run and record the differences (summary lab_check)"),
             },
         ),
         "pipeline": Field(

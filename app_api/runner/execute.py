@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 
 from app_api.results import claim_run_dir, prepare_resume
-from app_api.runner import network
+from app_api.runner import labcheck, network
 from app_api.runner.bandwidths import run_bandwidths
 from app_api.runner.observer import RunResult
 from app_api.runner.plan import PLAIN, SHAPED, SWEEP, RunPlan
@@ -22,6 +22,7 @@ def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: b
     """Run ``plan``; a sweep's result is its group (directory, ``group.json`` as summary)."""
     if plan.kind not in (PLAIN, SHAPED, SWEEP):
         raise ValueError(f"unknown plan kind {plan.kind!r}")
+    labcheck.check_lab(plan.manifest)  # the stated lab, before any device is touched
     resume = plan.runs[0].resume_from if plan.kind != SWEEP else None
     if resume is not None:
         out_dir = prepare_resume(resume, plan.manifest.name, out_dir)

@@ -21,13 +21,16 @@ class LabFacts:
     ``summary.json`` under ``network.lab``. ``cpu_quotas`` maps a device to the
     CPU quota the lab put on it (``{quota_ms, period_ms, fraction, source}``):
     a participant inside a lab host cannot read its own cgroup quota, so the
-    observer passes this one on.
+    observer passes this one on. ``lab_check`` is how the lab that is up compared with
+    the one the manifest states (:mod:`app_api.runner.labcheck`; ``summary.json``
+    ``lab_check``), None when the manifest states none.
     """
 
     link: Mapping[str, Any] | None = None
     cpu_quotas: Mapping[str, Mapping[str, Any]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    lab_check: Mapping[str, Any] | None = None
 
     def cpu_quota(self, device: str) -> dict | None:
         """The lab's CPU quota on ``device`` (a fresh dict), or None when it has none."""

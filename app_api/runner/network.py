@@ -26,6 +26,7 @@ from typing import Any
 
 from app_api import lab
 from app_api.lab.cgroup import PERIOD_US
+from app_api.runner import labcheck
 from app_api.runner.facts import LabFacts
 from app_api.runner.observer import RunResult, run_experiment
 from app_api.runner.plan import PlannedRun
@@ -139,16 +140,17 @@ def lab_facts(manifest: Any, link: dict | None = None) -> LabFacts:
     Off the lab (or where the lab cannot exist) the facts are empty.
     """
     devices = {inst.get("device") for inst in manifest.participant_instances}
+    checked = labcheck.lab_check(manifest) if manifest.lab else None
     if devices <= {"localhost"} and link is None:
-        return LabFacts()
+        return LabFacts(lab_check=checked)
     try:
         report = lab.link_report() or {}
     except Exception:  # no lab support on this machine: nothing to record
-        return LabFacts(link=link)
+        return LabFacts(link=link, lab_check=checked)
     if link is None and devices & set(report.get("hosts") or []):
         link = report
     quotas = {dev: q for dev in devices if (q := _cpu_quota(report, dev))}
-    return LabFacts(link=link, cpu_quotas=quotas)
+    return LabFacts(link=link, cpu_quotas=quotas, lab_check=checked)
 
 
 def lab_quota(device: str) -> dict | None:

@@ -51,6 +51,9 @@ class Observer:
         if lab_link:
             # the lab link, as configured and as measured when it was (re)shaped
             self.state.extra["network"] = {"lab": lab_link}
+        if self.state.facts.lab_check is not None:
+            # the lab the manifest states against the lab that is up (app_api.runner.labcheck)
+            self.state.extra["lab_check"] = dict(self.state.facts.lab_check)
 
     @property
     def handles(self) -> dict[str, ParticipantHandle]:

@@ -65,6 +65,9 @@ def test_bandwidth_loop_on_the_lab(cfg):
             "dataset.params.limit=1",
             "--set",
             "run.warmup=1",
+            # the manifest states a paced edge at 0.25 core; this lab has a plain 0.5 quota
+            "--set",
+            "lab.on_mismatch=record",
         )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         doc = json.loads((group / "group.json").read_text())
@@ -72,6 +75,10 @@ def test_bandwidth_loop_on_the_lab(cfg):
         for row, rate in zip(doc["rows"], (16e6, 64e6), strict=True):
             run = json.loads((group / row["run"] / "summary.json").read_text())
             lab_link = run["network"]["lab"]
+            check = run["lab_check"]
+            assert check["used"] and not check["ok"]
+            assert check["differences"] == [
+                {"what": "lab-1 cpu", "wanted": "0.25 core", "found": "0.5 core"}]
             assert lab_link["configured"]["bandwidth_Bps"] == rate
             assert lab_link["bandwidth_Bps"] == pytest.approx(rate, rel=0.35)
             parts = run["partitioners"]
