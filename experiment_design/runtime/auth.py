@@ -168,23 +168,35 @@ def control_server(service: Any, secret: bytes, host: str = "127.0.0.1", port: i
     from rpyc.utils.server import ThreadedServer
 
     class _CappedServer(ThreadedServer):
-        """rpyc's ThreadedServer with a cap on connections still in their handshake."""
+        """rpyc's ThreadedServer with a cap on connections still in their handshake.
+
+        A slot is taken when a connection is accepted and given back exactly once,
+        wherever that connection's handshake ends: in the authenticator, or, for a
+        connection that fails before it (rpyc reads the peer's address first, and a
+        connection reset by then raises there), when its thread ends.
+        """
 
         def __init__(self, *args: Any, **kw: Any) -> None:
             super().__init__(*args, **kw)
             self.pending = 0
             self.refused = 0
             self._gate = threading.Lock()
+            self._holding: set[int] = set()  # id() of the sockets that hold a slot
             inner = self.authenticator
 
             def authenticate(sock: socket.socket) -> tuple[socket.socket, Any]:
                 try:
                     return inner(sock)
                 finally:
-                    with self._gate:
-                        self.pending -= 1
+                    self._release(sock)
 
             self.authenticator = authenticate
+
+        def _release(self, sock: socket.socket) -> None:
+            with self._gate:
+                if id(sock) in self._holding:
+                    self._holding.discard(id(sock))
+                    self.pending -= 1
 
         def _accept_method(self, sock: socket.socket) -> None:
             with self._gate:
@@ -193,12 +205,27 @@ def control_server(service: Any, secret: bytes, host: str = "127.0.0.1", port: i
                     self.refused += 1
                 else:
                     self.pending += 1
+                    self._holding.add(id(sock))
             if full:
                 log.warning("refused a control connection: %d handshakes pending", max_pending)
                 self.clients.discard(sock)
                 sock.close()
                 return
-            super()._accept_method(sock)
+            try:
+                super()._accept_method(sock)
+            except BaseException:  # no thread was started: nobody else gives the slot back
+                self._release(sock)
+                self.clients.discard(sock)
+                sock.close()
+                raise
+
+        def _authenticate_and_serve_client(self, sock: socket.socket) -> None:
+            try:
+                super()._authenticate_and_serve_client(sock)
+            except OSError as exc:  # reset before rpyc read its address: nothing to serve
+                log.info("control connection ended before authentication: %s", exc)
+            finally:
+                self._release(sock)
 
     server = _CappedServer(
         service, hostname=host, port=port,

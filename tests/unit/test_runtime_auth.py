@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -127,3 +128,38 @@ def test_a_flood_of_unauthenticated_connections_is_capped(server):
         assert json.loads(conn.root.heartbeat()) == "ok"
     finally:
         conn.close()
+
+
+def _reset_right_away(port: int) -> None:
+    """Connect, then close with SO_LINGER 0: the peer gets a RST, not a FIN."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+def test_connections_reset_before_authentication_do_not_leak_pending_slots():
+    """rpyc reads the peer's address before the authenticator runs; a connection reset
+    by then used to keep its pending slot for good, and 16 of them locked even the
+    observer out."""
+    secret = os.urandom(32)
+    srv = control_server(ParticipantService(instance="t"), secret, max_pending=4)
+    for _ in range(12):  # queued before the server accepts: reset while in the backlog
+        _reset_right_away(srv.port)
+    time.sleep(0.2)
+    t = threading.Thread(target=srv.start, daemon=True)
+    t.start()
+    try:
+        for _ in range(12):  # and some while it is running
+            _reset_right_away(srv.port)
+        deadline = time.monotonic() + 5
+        while srv.pending and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.pending == 0
+        conn = connect_control("127.0.0.1", srv.port, secret, timeout=5)
+        try:
+            assert json.loads(conn.root.heartbeat()) == "ok"
+        finally:
+            conn.close()
+    finally:
+        srv.close()
+        t.join(5)
