@@ -60,6 +60,7 @@ from experiment_design.transport.frame import (
     parse_table,
     small_raw_table,
 )
+from experiment_design.transport.header import check_header
 from experiment_design.transport.plain import NotPlain, decode_plain, encode_plain
 from experiment_design.transport.session import SMALL_FRAME, TAG, Session
 
@@ -404,6 +405,7 @@ class DataChannel:
             self._check_open()
             try:
                 header, tensors, stats = self._read_frame()
+                check_header(header)
                 if PLAIN_KEY in header:
                     _take_plain(header, tensors, self.limits)
                 return header, tensors, stats

@@ -84,7 +84,12 @@ def encode_header(header: dict[str, Any]) -> bytes:
         ) from None
 
 
-_DECODER = json.JSONDecoder()
+def _no_constant(name: str) -> Any:
+    # JSON's NaN / Infinity literals: no header or table field may be non-finite
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 _DECODE = _DECODER.decode
 _SCAN = json.scanner.make_scanner(_DECODER)  # C version where available
 _NUMPY = {

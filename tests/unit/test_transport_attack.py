@@ -322,3 +322,86 @@ def test_a_hostile_lossy_entry_is_refused_and_the_channel_closed(lossy, shape, p
         left.close()
         right.close()
         sender.join(10)
+
+
+def _channel_pair(encrypt=False):
+    a, b = socket.socketpair()
+    client, server = derive(SECRET, bytes(32), bytes(32), encrypt=encrypt)
+    return DataChannel(a, RAW, session=client), DataChannel(b, RAW, session=server)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"op":"result","id":"x"}',  # killed the head's receiver thread
+        b'{"op":"result","id":1.5}',
+        b'{"op":"result","id":true}',
+        b'{"op":"result","id":1,"cpu_ms":NaN}',  # JSON's NaN literal
+        b'{"op":"result","id":1,"decode_ms":-Infinity}',
+        b'{"op":"infer","id":1,"hop":-1}',
+        b'{"op":"infer","id":1,"route":["a",2],"cuts":[3]}',
+        b'{"op":"infer","id":1,"cuts":[3.0]}',
+        b'{"op":"result","id":99999999999999999999}',
+        b'{"op":"result","id":1,"stages":[{"hop":"1"}]}',
+        b'{"op":["x"]}',
+        b'{"op":"solo","count":0}',
+    ],
+)
+def test_a_header_field_of_the_wrong_type_closes_the_channel(header):
+    left, right = _channel_pair()
+    frame = PREFIX.pack(b"TRCF", VERSION, 0, 0, 2, len(header), 0) + b"[]" + header
+    try:
+        left.send_packed(frame)
+        with pytest.raises(ProtocolError, match="header"):
+            right.recv()
+        assert right.closed
+    finally:
+        left.close()
+        right.close()
+
+
+def test_a_reply_with_a_bad_id_ends_a_throughput_run_with_a_message():
+    """The head's receiver read int(header["id"]): a reply whose id is not an integer
+    killed that thread and the throughput loop then waited for replies until cancelled."""
+    from experiment_design.errors import TracrError
+    from experiment_design.runtime.chain import ChainHead, Route
+    from experiment_design.split import build_split_model
+
+    sm = build_split_model("alexnet")
+    head, cloud = _channel_pair()
+
+    class Owner:
+        instance = "edge"
+        split_model = sm
+        downstream = {"cloud": head}
+        cancel_event = threading.Event()
+        stop_event = threading.Event()
+
+    def answer() -> None:  # a cloud that replies to every inference with a string id
+        try:
+            while True:
+                cloud.recv()
+                cloud.send({"op": "result", "id": "x", "head": "edge", "stages": []})
+        except TransportError:
+            pass
+
+    threading.Thread(target=answer, daemon=True).start()
+    route = Route(("edge", "cloud"), (sm.valid_splits()[2],))
+    x = torch.zeros(1, 3, 224, 224)
+    outcome: list = []
+    run = threading.Thread(
+        target=lambda: outcome.append(
+            _catch(lambda: ChainHead(Owner()).pipelined(route, [(x, 0, "i")], 8, 2, 0,
+                                                        lambda c: None))),
+        daemon=True,
+    )
+    run.start()
+    run.join(30)
+    try:
+        assert not run.is_alive(), "the throughput loop still waits for replies"
+        assert isinstance(outcome[0], TracrError) and "id" in str(outcome[0]), outcome
+    finally:
+        Owner.cancel_event.set()
+        head.close()
+        cloud.close()
+        run.join(5)
