@@ -177,6 +177,9 @@ class InferenceRecord(TypedDict, total=False):
     instance: str  # set by the observer
     partner: str
     host: str  # set by the observer
+    # wall-clock start (Unix seconds, the head's clock): matches an inference to the link's
+    # timeline (the lab's hosts share the observer's clock)
+    t_unix: float
     error: str
 
 

@@ -277,7 +277,16 @@ SCHEMA = Field(
         "evaluate": Field(
             "map",
             default={"partitioners": []},
-            keys={"partitioners": Field("list", default=[], items=Field("str"))},
+            keys={"partitioners": Field("list", default=[], items=Field("str")),
+                  "hindsight": Field(
+                      "map", default=None, nullable=True,
+                      doc="an adaptive partitioner scored against its hindsight sweep "
+                          "(app_api.results.hindsight)",
+                      keys={"interval_s": Field("number", default=10.0, min=0.01,
+                                                doc="seconds of the trace per interval"),
+                            "min_samples": Field("int", default=2, min=1,
+                                                 doc="sweep inferences a split needs in an "
+                                                     "interval to be ranked there")})},
         ),
     },
 )

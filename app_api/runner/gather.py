@@ -105,6 +105,9 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         if codecs and summary["measurement_noise"] is not None:
             summary["measurement_noise"]["pairs"] = pair_noise(w.rows, codecs["pairs"],
                                                                codecs["floor"])
+    adaptive = score_adaptive(state, summary, w.dir, w.rows)
+    if adaptive is not None:
+        summary["adaptive"] = adaptive
     if write_summary(w, summary):
         draw_plots(summary, w.dir)
     return RunResult(run_dir=w.dir, summary=summary, ok=ok and summary["status"] == "ok",
@@ -151,6 +154,13 @@ def draw_plots(summary: dict, run_dir: Path) -> None:
         draw_timeline(Path(run_dir))
     except Exception as exc:
         log.warning("timeline plot not drawn: %s", exc)
+    if summary.get("adaptive"):
+        try:
+            from app_api.results.adaptive_plot import draw_adaptive
+
+            draw_adaptive(summary, Path(run_dir))
+        except Exception as exc:
+            log.warning("adaptive plot not drawn: %s", exc)
     if (Path(run_dir) / CONFIGS_FILE).exists():
         try:
             from app_api.results.plots import draw_pareto_of_run
@@ -182,6 +192,28 @@ def write_summary(writer, summary: dict) -> bool:
 #: the keys of the small summary.json written when the full one does not fit
 SMALL_SUMMARY = ("experiment", "run_id", "status", "incomplete", "resumed_from", "inferences",
                  "failed", "best_split", "wall_s", "model")
+
+
+def score_adaptive(state: RunState, summary: dict, run_dir: Path,
+                   rows: list[dict]) -> dict | None:
+    """The adaptive partitioner's block (:func:`app_api.results.adaptive.adaptive_summary`:
+    ``adaptive.csv``, the hindsight scores), None when the run has none; never raises."""
+    from app_api.results.adaptive import adaptive_summary
+
+    try:
+        return adaptive_summary(summary, rows, run_dir,
+                                (state.manifest.evaluate or {}).get("hindsight"),
+                                link_timeline_of(state))
+    except Exception as exc:  # scoring must never lose the run's own results
+        log.warning("adaptive scoring failed: %s", exc)
+        summary.setdefault("warnings", []).append(f"adaptive scoring failed: {exc}")
+        return None
+
+
+def link_timeline_of(state: RunState) -> list[dict] | None:
+    """The lab link's timeline over the run (configured rate against wall time), or None
+    where the run's link has none."""
+    return None
 
 
 def score_partitioners(state: RunState, summary: dict, run_dir: Path,

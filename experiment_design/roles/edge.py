@@ -10,6 +10,7 @@ from typing import Any
 
 from experiment_design.errors import TracrError
 from experiment_design.partitioners import PartitionContext, create_partitioner
+from experiment_design.partitioners.bandwidth import LinkSample
 from experiment_design.protocol import (
     InferenceRecord,
     LayerRecord,
@@ -279,6 +280,16 @@ class EdgeRole(ChainMember):
         extra = max(statistics.median(bigs) - rtt, 1e-3)
         return {"partner": name, "rtt_ms": rtt, "bandwidth_Bps": 2 * size / (extra / 1e3)}
 
+    def probe_bandwidth(self, nbytes: int) -> LinkSample:
+        """One short probe of the first data channel (an adaptive partitioner's): ``nbytes``
+        sent raw and acknowledged, its round trip on this host's clock (the estimate takes
+        the round trip off). Costs three round trips and the bytes' time, between two
+        inferences, never inside one."""
+        _, ch = self.channels[0]
+        res = ch.probe(sizes=(int(nbytes),), rounds=1)
+        ms = next(s["ms"] for s in res["samples"] if s["bytes"] == int(nbytes))
+        return LinkSample(t=time.time(), nbytes=int(nbytes), ms=float(ms), source="probe")
+
     def warmup(self, n: int) -> None:
         """n round trips at split 0 and at the last split: every layer runs on both sides."""
         if not self.inputs:
@@ -310,8 +321,10 @@ class EdgeRole(ChainMember):
             self._next_id += 1
         if codec is None and record:
             codec = getattr(self.partitioner, "transport", None)
+        t_unix = time.time()
         done = self.head.once(route, x, iid, codec=codec)
         row, layer_rows = self.rows_of(done, label, item, self.references.get(id(x)))
+        row["t_unix"] = t_unix
         if record:
             self.emit_record(row, layer_rows)
         if done.link_error:

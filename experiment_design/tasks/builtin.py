@@ -58,6 +58,10 @@ class InferDataset(Task):
             x, label, item = inputs[(i if j is None else j) % len(inputs)]
             row = participant.infer(x, label, item, k)
             participant.partitioner.observe(k, row)
+            probe = getattr(participant.partitioner, "link_probe", None)  # adaptive's
+            nbytes = probe() if probe is not None else None
+            if nbytes:
+                participant.partitioner.observe_probe(participant.probe_bandwidth(nbytes))
             participant.progress(done=i + 1, split=k)
         if finished is not None and finished():
             log.info("infer-dataset: the partitioner finished: %s",

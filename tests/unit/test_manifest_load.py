@@ -66,7 +66,7 @@ def test_minimal_manifest_gets_every_default(tmp_path):
                      "liveness_timeout_s": 30, "startup_timeout_s": 600}
     assert m.network["bandwidth"] is None and m.network["bandwidths"] is None
     assert m.network["delay_ms"] is None
-    assert m.evaluate == {"partitioners": []}
+    assert m.evaluate == {"partitioners": [], "hindsight": None}
     assert m.description == ""
 
 

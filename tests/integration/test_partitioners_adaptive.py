@@ -1,0 +1,49 @@
+"""The adaptive partitioner end to end: adaptive-alexnet on the built-in localhost device
+(real participants, a real data channel, real AlexNet), shortened. Timings are not
+asserted; the phases, the records, the scores and the plot are."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("torch")
+
+
+def test_adaptive_alexnet_runs_on_localhost_and_scores_itself(tmp_path):
+    from app_api.manifest import load_manifest
+    from app_api.runner import run_experiment
+
+    manifest = load_manifest("adaptive-alexnet", [
+        "participant_instances.edge-1.device=localhost",
+        "participant_instances.cloud-1.device=localhost",
+        "partitioner.params.sweep_s=6", "partitioner.params.adapt_s=6",
+        "evaluate.hindsight.interval_s=2", "run.warmup=1",
+    ])
+    result = run_experiment(manifest, out_dir=tmp_path / "run", progress=False)
+    assert result.ok, result.errors
+    run = result.run_dir
+    block = result.summary["adaptive"]
+    dec = result.summary["partitioner"]["edge-1"]["decision"]
+    assert dec["name"] == "adaptive" and "log" not in dec  # the log went to adaptive.csv
+    sweep, adapt = block["phases"]["sweep"], block["phases"]["adaptive"]
+    assert sweep[1] - sweep[0] >= 6.0 and adapt[1] - adapt[0] >= 6.0
+    assert adapt[0] >= sweep[1]
+    # the task ended when the partitioner said so, long before its count of 100000
+    rows = list(csv.DictReader(open(run / "inferences.csv")))
+    assert 20 < len(rows) < 1000 and all(r["t_unix"] for r in rows)
+    swept = {int(r["split"]) for r in rows if float(r["t_unix"]) < sweep[1]}
+    assert swept == set(block["candidates"])
+    log = list(csv.DictReader(open(run / "adaptive.csv")))
+    assert log and {"phase", "inference"} <= {r["event"] for r in log}
+    assert all(float(r["estimate_Bps"]) > 0 for r in log if r["event"] == "inference")
+    hs = block["hindsight"]
+    assert hs["intervals_scored"] >= 1, hs
+    assert block["adaptive_over_hindsight"] > 0 and block["adaptive_over_best_fixed"] > 0
+    assert block["best_fixed"] in block["candidates"]
+    assert (run / "plots" / "adaptive.png").stat().st_size > 10_000
+    json.dumps(result.summary)
