@@ -1,4 +1,4 @@
-"""`tracr device pair/check/ls/rm`: the registry of devices experiments run on."""
+"""`tracr device pair/check/prepare/ls/rm`: the registry of devices experiments run on."""
 
 from __future__ import annotations
 
@@ -55,6 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     cp.add_argument("names", nargs="*", metavar="NAME", help="devices to check (default: all)")
     cp.add_argument("--json", action="store_true", help="print the results as JSON")
     cp.set_defaults(func=cmd_check)
+
+    wp = cmds.add_parser(
+        "prepare", help="fill the wheel cache with what devices lack (needs the package index)"
+    )
+    _devices_option(wp, top=False)
+    wp.add_argument("names", nargs="*", metavar="NAME", help="devices to prepare (default: all)")
+    wp.set_defaults(func=cmd_prepare)
 
     lp = cmds.add_parser("ls", help="list devices with their last known status")
     _devices_option(lp, top=False)
@@ -156,11 +163,59 @@ def cmd_check(args: argparse.Namespace) -> int:
             reg.add(dev)
     if any(not d.builtin for d in devices):
         reg.save()
+    from app_api.devices.wheels import deps_report
+
+    deps = {d.name: deps_report(d.last_check) for d in devices if not d.builtin}
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({n: {**r, "deps": deps.get(n)} for n, r in results.items()}, indent=2))
     else:
         _print_table(devices, detail=True)
-    return 0 if all(r.get("status") == "ok" for r in results.values()) else 1
+        for name, rep in deps.items():
+            if rep is not None:
+                print(_deps_line(name, rep))
+    covered = all(not rep or not rep["uncached"] for rep in deps.values())
+    return 0 if covered and all(r.get("status") == "ok" for r in results.values()) else 1
+
+
+def _deps_line(name: str, rep: dict) -> str:
+    """What ``name`` lacks of what participants import, and whether the cache covers it."""
+    if not rep["lacks"]:
+        return f"{name}: has every package participants import"
+    line = f"{name}: lacks {', '.join(rep['lacks'])} (python {rep['python']}, {rep['platform']}); "
+    if not rep["uncached"]:
+        return line + "all in the wheel cache: shipped at deploy"
+    return line + (f"not in the wheel cache: {', '.join(rep['uncached'])}; "
+                   f"run `tracr device prepare {name}` while online")
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    """Probe each device (or take its last check, if it is offline) and fetch the wheels
+    of what it lacks for its platform and python into the cache."""
+    export_devices_path(args)
+    from app_api.devices.registry import DeviceRegistry
+    from app_api.devices.wheels import DevicePlatform, cache_dir, deps_report, pip_download
+    from experiment_design.errors import TracrError
+
+    reg = DeviceRegistry.load()
+    devices = [reg.get(n) for n in (args.names or reg.names()) if n != "localhost"]
+    for dev in devices:
+        fresh = _probe_any(dev)
+        if fresh.get("platform") or not dev.last_check:  # offline: what it said last time
+            dev.last_check = fresh
+            reg.add(dev)
+        rep = deps_report(dev.last_check)
+        if rep is None:
+            raise TracrError(f"{dev.name}: no platform recorded ({fresh.get('status')}).",
+                             hint=f"tracr device check {dev.name} once the device is reachable")
+        platform = DevicePlatform.from_facts(dev.last_check["platform"])
+        lines = pip_download(platform, rep["lacks"])
+        for line in lines:
+            print(f"{dev.name}: {line}")
+        print(f"{dev.name}: {len(rep['lacks'])} packages it lacks, "
+              f"{'all' if rep['lacks'] else 'none'} in {cache_dir(platform)}")
+    if devices:
+        reg.save()
+    return 0
 
 
 def _rows(devices) -> list[dict]:

@@ -14,13 +14,16 @@ from typing import Any
 
 from app_api.devices import ssh
 from app_api.devices.registry import Device
+from app_api.devices.wheels import DEVICE_DEPS, PLATFORM_SNIPPET
 from experiment_design.errors import TracrError
 
 OK = "ok"
 NO_TORCH = "no torch"
 NO_PYTHON = "no python"
+#: the modules the observer can ship as wheels; the probe records which the device has
+SHIPPABLE = [m for group in DEVICE_DEPS.values() for mods in group.values() for m in mods]
 
-PROBE_SNIPPET = r"""
+PROBE_SNIPPET = PLATFORM_SNIPPET + f"SHIPPABLE = {SHIPPABLE!r}\n" + r"""
 import json, os, platform, sys
 info = {"python": platform.python_version(), "executable": sys.executable,
         "arch": platform.machine(), "os": platform.system(), "hostname": platform.node(),
@@ -55,6 +58,10 @@ def _version(dist):
             return None
 for mod in ("rpyc", "blosc2", "numpy", "torchvision"):
     info[mod] = _version(mod)
+# what the wheel cache must hold for this device (app_api/devices/wheels.py)
+info["platform"] = _tracr_platform()
+import importlib.util
+info["modules"] = dict((m, importlib.util.find_spec(m) is not None) for m in SHIPPABLE)
 try:
     import torch
     info["torch"] = torch.__version__

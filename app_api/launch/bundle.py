@@ -4,8 +4,12 @@ The bundle holds ``experiment_design/``, ``MyDatasets/`` (sample images
 included) and the pure-Python dependencies the participant needs that a
 device may lack (``rpyc``, which imports only the standard library). The
 observer's own copies are shipped so both ends speak the same rpyc protocol.
-Binary dependencies (torch, numpy, blosc2, pillow) are reused from the
-device's python through a ``.pth`` file in the temporary venv.
+torch, torchvision, numpy and pillow are reused from the device's python
+through a ``.pth`` file in the temporary venv, and so is any other package
+the device's python has. The binary dependencies it lacks (cryptography,
+blosc2 and theirs: :mod:`app_api.devices.wheels`) follow the bundle as wheels
+from the observer's cache, unpacked into the temp venv's site-packages, so
+they go with it.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ import tarfile
 import threading
 from pathlib import Path
 
+from app_api.devices.wheels import PLATFORM_SNIPPET, UNPACK_SNIPPET
 from experiment_design.protocol import PARTICIPANT_MODULE
 
 # Pure-python packages shipped into DIR/deps (import name -> module providing its path).
 PURE_DEPS = ("rpyc",)
 #: the bootstrap's one-line JSON report (dir, venv python, pid, found/missing modules)
 BOOT_PREFIX = "TRACR-BOOT "
+#: asked to ship wheels, the bootstrap first reports which of the modules it was given the
+#: device's python has, and its platform, then reads ``TRACR-WHEELS <n>`` and a tar of wheels
+NEED_PREFIX = "TRACR-NEED "
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 _cache: dict[tuple, bytes] = {}
 _lock = threading.Lock()
@@ -82,10 +90,12 @@ def build_bundle() -> bytes:
 # whatever the participant reads (its secret line; EOF when the observer goes). The
 # bundle is read with os.read on fd 0 so no buffered reader swallows the bytes after
 # it. It makes DIR and DIR/venv, points the venv at the device's site-packages,
-# reports one JSON line, and then (when the config names participant args) execs
+# (when the config names modules to ``ship``) reports which of them the device has and
+# its platform, reads "TRACR-WHEELS <n>\n" and n bytes of tar holding the wheels to
+# unpack into the venv, reports one JSON line, and then (when the config names participant args) execs
 # ``sh -c 'cd DIR && venv/bin/python -m MODULE ARGS...; rm -rf DIR'`` so the
 # temp dir goes away however python ends. On failure it removes DIR itself.
-BOOTSTRAP = r"""
+BOOTSTRAP = PLATFORM_SNIPPET + UNPACK_SNIPPET + r"""
 import base64, importlib.util, io, json, os, shlex, shutil, sys, tarfile, tempfile, venv
 cfg = json.loads(base64.b64decode(sys.argv[1]).decode()) if len(sys.argv) > 1 else {}
 
@@ -127,6 +137,21 @@ try:
         fh.write(os.path.join(d, "deps") + "\n")
         for p in site_dirs:
             fh.write("import site; site.addsitedir(%r)\n" % p)
+    if cfg.get("ship") is not None:  # what the device lacks of these, as wheels
+        print("TRACR-NEED " + json.dumps({"found": {m: importlib.util.find_spec(m) is not None
+              for m in cfg["ship"] + ["torch"]}, "platform": _tracr_platform()}))
+        sys.stdout.flush()
+        head = read_line().split()
+        if len(head) != 2 or head[0] != "TRACR-WHEELS":
+            raise ValueError("bad wheels header %r" % " ".join(head))
+        blob = read_exact(int(head[1]))
+        if blob:
+            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tf:
+                for m in tf.getmembers():
+                    if m.isfile() and m.name.endswith(".whl"):
+                        _tracr_unpack_wheel(io.BytesIO(tf.extractfile(m).read()), sp)
+            sys.path.append(sp)
+            importlib.invalidate_caches()
     found = {m: importlib.util.find_spec(m) is not None for m in ("torch", "torchvision", "numpy", "blosc2", "PIL")}
     missing = [m for m in cfg.get("need", []) if not found.get(m)]
     py = os.path.join(vdir, "bin", "python")
@@ -160,11 +185,28 @@ def bundle_header(bundle: bytes) -> bytes:
     return f"TRACR-BUNDLE {len(bundle)}\n".encode()
 
 
+def wheels_payload(wheels: list[Path]) -> bytes:
+    """The ``TRACR-WHEELS`` header and an uncompressed tar of ``wheels`` (zips already)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:") as tf:
+        for path in wheels:
+            info = tf.gettarinfo(str(path), path.name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mode = 0o644
+            with open(path, "rb") as fh:
+                tf.addfile(info, fh)
+    body = buf.getvalue() if wheels else b""
+    return f"TRACR-WHEELS {len(body)}\n".encode() + body
+
+
 def bootstrap_command(python: str, config: dict | None = None) -> str:
     """Remote shell command running :data:`BOOTSTRAP` with ``python``.
 
     ``config`` (JSON, shipped base64 in argv): ``need`` lists modules the run cannot do
     without (the bootstrap stops before starting anything when one is missing);
+    ``ship`` lists modules the observer can ship as wheels (the bootstrap then reports
+    :data:`NEED_PREFIX` and waits for :func:`wheels_payload`);
     ``args`` are participant arguments, given which the bootstrap becomes
     ``python -m <module> ARGS`` (``module``: :data:`experiment_design.protocol.PARTICIPANT_MODULE`).
     """

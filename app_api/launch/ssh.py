@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app_api.devices import ssh
+from app_api.devices import ssh, wheels
 from app_api.devices.registry import Device, get_device
 from app_api.launch.base import (
     Launcher,
@@ -43,7 +43,14 @@ from app_api.launch.base import (
     drop_connection,
     startup_error,
 )
-from app_api.launch.bundle import BOOT_PREFIX, bootstrap_command, build_bundle, bundle_header
+from app_api.launch.bundle import (
+    BOOT_PREFIX,
+    NEED_PREFIX,
+    bootstrap_command,
+    build_bundle,
+    bundle_header,
+    wheels_payload,
+)
 from app_api.launch.remote import control_dir, free_local_port, remote_leftovers
 from experiment_design.errors import TracrError
 from experiment_design.protocol import ALIVE_LINE, HEARTBEAT_S, PARTICIPANT_MODULE, Ready
@@ -76,6 +83,7 @@ class SSHParticipant(ParticipantHandle):
         self.local_port: int | None = None
         self.workdir: str | None = None
         self.env: dict[str, Any] = {}
+        self.shipped: list[str] = []  # the wheels this deploy unpacked on the device
         self.timings: dict[str, float] = {}
         self._device = device
         self._spec = spec
@@ -118,12 +126,14 @@ class SSHParticipant(ParticipantHandle):
         if spec.threads:
             args += ["--threads", str(int(spec.threads))]
         need = ["torch"] + (["blosc2"] if codec not in (None, "none") else [])
-        cmd = bootstrap_command(dev.python, {"need": need, "args": args})
+        ship = [m for mods in wheels.distributions(wheels.groups_for(codec)).values()
+                for m in mods]  # fmt: skip
+        cmd = bootstrap_command(dev.python, {"need": need, "ship": ship, "args": args})
         self._command = (
             f"{dev.python} -c <bootstrap> < bundle; then in the temp dir: "
             f"venv/bin/python -m {PARTICIPANT_MODULE} {shlex.join(args)}"
         )
-        bundle = build_bundle()
+        blob = build_bundle()
         # A session of its own: a Ctrl-C at the terminal reaches the observer, which
         # tears down over this connection, instead of killing ssh under it.
         self._proc = ssh.spawn(
@@ -136,15 +146,45 @@ class SSHParticipant(ParticipantHandle):
                                  name=f"ssh-{self.instance}")  # fmt: skip
             t.start()
             self._threads.append(t)
-        try:  # the secret follows the bundle; the participant reads it as its first line
-            self._proc.stdin.write(
-                bundle_header(bundle) + bundle + spec.secret.hex().encode() + b"\n"
-            )
+        # the wheels the device lacks and the secret follow once the bootstrap said what
+        # it lacks (:meth:`_ship`)
+        self._write(bundle_header(blob) + blob)
+
+    def _write(self, data: bytes) -> bool:
+        """Write to the session's stdin; False when ssh or the bootstrap ended early (its
+        output says why)."""
+        try:
+            self._proc.stdin.write(data)
             self._proc.stdin.flush()
-            # what follows the secret on stdin is the observer's heartbeat
+            return True
+        except OSError:
+            return False
+
+    def _preflight(self, codec: str | None) -> None:
+        """Before anything is deployed: when the device's last check says what it lacks,
+        the wheel cache must cover it (the message says how to fill it)."""
+        check = self._device.last_check or {}
+        if check.get("status") != "ok" or not isinstance(check.get("modules"), dict):
+            return  # no torch there, or not recorded by its check: the bootstrap's report decides
+        platform = wheels.DevicePlatform.from_facts(check["platform"])
+        wheels.wheels_for(self._device.name, platform,
+                          wheels.lacking(check["modules"], wheels.groups_for(codec)))
+
+    def _ship(self, report: dict, codec: str | None) -> None:
+        """Send the wheels of what the device lacks, then the secret (the participant's
+        first line) and from then on the observer's heartbeat."""
+        found = report.get("found") or {}
+        platform = wheels.DevicePlatform.from_facts(report.get("platform") or {})
+        dists = wheels.lacking(found, wheels.groups_for(codec))
+        # without torch nothing runs: the bootstrap's report says so (_check_boot)
+        paths = wheels.wheels_for(self._device.name, platform, dists) if found.get("torch") else []
+        self.shipped = [p.name for p in paths]
+        if paths:
+            log.info("%s: shipping %d wheels to %s: %s", self.instance, len(paths),
+                     self.device, ", ".join(self.shipped))
+        payload = wheels_payload(paths)
+        if self._write(payload + self._spec.secret.hex().encode() + b"\n"):
             self.open_beats(self._proc.stdin.fileno())
-        except OSError:  # ssh or the bootstrap ended early: its output says why
-            pass
 
     def _next_line(self, t0: float) -> str | None:
         """The next stdout line, or None at EOF or when the start-up wait must end
@@ -224,7 +264,9 @@ class SSHParticipant(ParticipantHandle):
                     why.message = f"{why.message}\n{fail.message.split(chr(10), 1)[-1]}"
                     raise why
                 raise self._fail("exited")
-            if line.startswith(BOOT_PREFIX) and not self.env:
+            if line.startswith(NEED_PREFIX) and not self.env:
+                self._ship(json.loads(line[len(NEED_PREFIX):]), codec)
+            elif line.startswith(BOOT_PREFIX) and not self.env:
                 self.env = json.loads(line[len(BOOT_PREFIX) :])
                 self.workdir = self.env["dir"]
                 self.timings["boot_s"] = time.perf_counter() - self._t0
@@ -270,6 +312,7 @@ class SSHParticipant(ParticipantHandle):
 
         self._t0 = time.perf_counter()
         try:
+            self._preflight(codec)
             self._ctl_dir = control_dir()
             self._launch(codec)
             if adopt is not None:
