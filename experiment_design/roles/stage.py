@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from experiment_design.errors import TracrError
-from experiment_design.protocol import LIVENESS_TIMEOUT_S, DataAddress
+from experiment_design.protocol import HEARTBEAT_S, LIVENESS_TIMEOUT_S, DataAddress
 from experiment_design.roles.base import ParticipantService
 from experiment_design.roles.registry import register_role
 from experiment_design.runtime.control import control
@@ -31,6 +31,8 @@ class ChainMember(ParticipantService):
         super().__init__(**kw)
         self.channels: list[tuple[str, Any]] = []
         self.downstream: dict[str, Any] = {}
+        #: the receive deadline of the data channels (``run.liveness_timeout_s``)
+        self.liveness_s = LIVENESS_TIMEOUT_S
 
     def on_connect_partners(self, partners: dict) -> dict:
         """Open one authenticated data channel per partner, whatever its slot."""
@@ -38,19 +40,31 @@ class ChainMember(ParticipantService):
 
         # no reply for the liveness timeout: the partner is lost (a receive never waits for
         # ever; a partner profiling or computing sends nothing only between requests)
-        deadline = float((self.config.get("run") or {}).get("liveness_timeout_s")
-                         or LIVENESS_TIMEOUT_S)
+        deadline = self.liveness_s = float((self.config.get("run") or {}).get(
+            "liveness_timeout_s") or LIVENESS_TIMEOUT_S)
         for slot_peers in partners.values():
             for peer in slot_peers:
                 if peer["instance"] in self.downstream:
                     continue
-                ch = connect(peer["host"], int(peer["port"]), self.data_secret, self.codec)
+                ch = connect(peer["host"], int(peer["port"]), self.data_secret, self.codec,
+                             limits=self.frame_limits())
                 ch.set_timeout(deadline, partner=peer["instance"])
                 self.channels.append((peer["instance"], ch))
                 self.downstream[peer["instance"]] = ch
                 log.info("connected to %s at %s:%s", peer["instance"], peer["host"],
                          peer["port"])
         return {"channels": [name for name, _ in self.channels]}
+
+    def frame_limits(self) -> Any:
+        """What one frame from a partner may declare: at most twice the most this run's
+        model puts in a frame (its largest set of crossing tensors, input and output
+        included; see :func:`~experiment_design.transport.frame.run_limits`)."""
+        from experiment_design.transport.frame import Limits, run_limits
+
+        points = getattr(self.split_model, "points", None)
+        if not points:
+            return Limits()
+        return run_limits(max(p.crossing_bytes for p in points))
 
     @control()
     def exposed_probe_links(self) -> dict:
@@ -68,9 +82,12 @@ class ChainMember(ParticipantService):
     def finish_partners(self) -> None:
         """Tell every downstream partner this participant is done, then close the channels.
         A channel whose replies a relay thread reads gets its goodbye through that thread."""
-        relays = getattr(getattr(self, "chain", None), "relays", {})
+        chain = getattr(self, "chain", None)
+        relays = getattr(chain, "relays", {})
         for name, ch in self.channels:
             try:
+                if name in relays:
+                    chain.expect(name)  # its relay reads the answer
                 ch.send({"op": "finish"}, {})
                 if name in relays:
                     relays[name].join(timeout=5.0)
@@ -124,7 +141,7 @@ class StageRole(ChainMember):
         self.chain = ChainServer(self, depth=depth)
         bind = config.get("data_bind") or "127.0.0.1"
         self.server = DataServer(bind, int(config.get("data_port") or 0), self.data_secret,
-                                 self.codec)
+                                 self.codec, limits=self.frame_limits())
         threading.Thread(target=self._accept_loop, name="data-accept", daemon=True).start()
         info["data_address"] = list(self.server.address)
         return info
@@ -167,7 +184,11 @@ class StageRole(ChainMember):
                     ch.send({"op": "echo"}, tensors)
                     continue
                 if op == "solo":
-                    ch.send(self.solo(int(header.get("count") or 1), tensors), {})
+                    every = float(header.get("progress_s") or HEARTBEAT_S)
+                    ch.send(self.solo(int(header.get("count") or 1), tensors,
+                                      report=lambda done: ch.send({"op": "progress",
+                                                                   "done": done}, {}),
+                                      every_s=every), {})
                     continue
                 if op != "infer":
                     raise TracrError(f"unknown data op {op!r}")
@@ -187,9 +208,16 @@ class StageRole(ChainMember):
                     self.finish_partners()  # nobody sends any more: pass the goodbye on
                 self.finish_event.set()
 
-    def solo(self, count: int, tensors: dict) -> dict:
+    def solo(self, count: int, tensors: dict, report: Any = None,
+             every_s: float = HEARTBEAT_S) -> dict:
         """The single-device baseline: the whole model ``count`` times on the input sent,
-        back to back, on this participant alone."""
+        back to back, on this participant alone.
+
+        ``report(done)`` is called between two passes once ``every_s`` have gone by since
+        the start or the last report: the head waits for the result under the link's
+        liveness deadline, and a baseline of many passes on a slow host outlasts it (32
+        passes of resnet50 on a quarter of a core). Only a single pass longer than the
+        deadline is then a lost partner. The reports' time is not counted in the span."""
         import statistics
 
         import torch
@@ -198,13 +226,19 @@ class StageRole(ChainMember):
             (x,) = tensors.values()
             x = x.to(self.device)
             times = []
+            aside = 0  # ns spent reporting
             with torch.inference_mode():
-                t_first = time.perf_counter_ns()
-                for _ in range(count):
+                t_first = last = time.perf_counter_ns()
+                for i in range(count):
                     t0 = time.perf_counter_ns()
                     self.split_model.run_full(x)
-                    times.append((time.perf_counter_ns() - t0) / 1e6)
-                span = (time.perf_counter_ns() - t_first) / 1e9
+                    t1 = time.perf_counter_ns()
+                    times.append((t1 - t0) / 1e6)
+                    if report is not None and i < count - 1 and (t1 - last) / 1e9 >= every_s:
+                        report(i + 1)
+                        last = time.perf_counter_ns()
+                        aside += last - t1
+                span = (time.perf_counter_ns() - t_first - aside) / 1e9
             return {"op": "solo", "throughput_per_s": count / span,
                     "latency_ms_p50": statistics.median(times)}
         except Exception as exc:  # reported to the head

@@ -35,7 +35,7 @@ from experiment_design.errors import TracrError
 from experiment_design.transport.codec import (
     RAW,
     CodecConfig,
-    decompress_into,
+    decode_new,
     encode_tensor,
     load_blosc2,
     now_ms,
@@ -503,8 +503,7 @@ class DataChannel:
             else:
                 src = next(parts)
                 d0 = now_ms()
-                buf = bytearray(e.raw_nbytes)
-                decompress_into(e, memoryview(src), buf, self.codec.nthreads)
+                buf = decode_new(e, src, self.codec.nthreads)  # checked, then allocated
                 decode_ms += now_ms() - d0
                 tensors[e.name] = tensor_from(e, buf)
         t1 = now_ms()
@@ -546,8 +545,7 @@ class DataChannel:
                 tensors[e.name] = tensor_from(e, bytearray(data[pos : pos + n]))
             else:
                 d0 = now_ms()
-                buf = bytearray(n)
-                decompress_into(e, data[pos : pos + e.encoded_nbytes], buf, self.codec.nthreads)
+                buf = decode_new(e, data[pos : pos + e.encoded_nbytes], self.codec.nthreads)
                 decode_ms += now_ms() - d0
                 tensors[e.name] = tensor_from(e, buf)
             pos += e.encoded_nbytes

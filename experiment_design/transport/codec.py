@@ -25,7 +25,14 @@ import torch
 from experiment_design.constants import CODECS, FILTERS, GRANULARITIES, LOSSY
 from experiment_design.errors import TracrError, UnknownNameError
 from experiment_design.transport.errors import ProtocolError
-from experiment_design.transport.lossy import Lossy, param_nbytes, parse_lossy, reduce, restore_into
+from experiment_design.transport.lossy import (
+    Lossy,
+    check_reduced,
+    param_nbytes,
+    parse_lossy,
+    reduce,
+    restore_into,
+)
 
 _CODEC_SET = frozenset(CODECS)
 CHUNK_BYTES = 1 << 28  # raw bytes per blosc2 chunk; blosc2's own limit is just under 2 GiB
@@ -417,13 +424,15 @@ def decompress_into(entry: TensorEntry, src: memoryview, dst: bytearray, nthread
     holds ``entry.raw_nbytes``: decompress, then restore a reduced tensor.
 
     Each chunk's own blosc2 header is checked against what the frame declared before any
-    byte is written, so a lying peer cannot make us overrun ``dst``.
+    byte is written, so a lying peer cannot make us overrun ``dst``. A receiver that has
+    not set ``dst`` aside yet calls :func:`decode_new` instead, which checks first.
     """
     if entry.reduced:
         lossy = entry.lossy
         if entry.codec == lossy.method:  # the reduced bytes went raw
             data: Any = src[: lossy.nbytes]
         else:
+            check_chunks(entry, src, lossy.nbytes)
             data = bytearray(lossy.nbytes)
             _decompress(entry, src, data, lossy.nbytes, nthreads)
         restore_into(lossy, entry.name, DTYPES[entry.dtype][0], entry.shape, data, dst)
@@ -431,7 +440,37 @@ def decompress_into(entry: TensorEntry, src: memoryview, dst: bytearray, nthread
     _decompress(entry, src, dst, entry.raw_nbytes, nthreads)
 
 
-def _decompress(entry: TensorEntry, src: Any, dst: Any, total: int, nthreads: int) -> None:
+def decode_new(entry: TensorEntry, src: Any, nthreads: int = 1) -> bytearray:
+    """The restored bytes of a compressed or reduced tensor, in memory of their own.
+
+    What the peer declared is checked before memory of that size is set aside: every
+    chunk's blosc2 header (sizes), then a reduced tensor's own headers (a quantizer's
+    scales and zero points, each image's size and mode); only then are the reduced bytes
+    and the tensor allocated. A small frame that declares a huge tensor over garbage
+    chunks costs nothing but its own bytes.
+    """
+    src = memoryview(src)
+    if entry.reduced:
+        lossy = entry.lossy
+        if entry.codec == lossy.method:  # the reduced bytes went raw
+            data: Any = src[: lossy.nbytes]
+        else:
+            check_chunks(entry, src, lossy.nbytes)
+            data = bytearray(lossy.nbytes)
+            _decompress(entry, src, data, lossy.nbytes, nthreads)
+        check_reduced(lossy, entry.name, entry.shape, data)
+        out = bytearray(entry.raw_nbytes)
+        restore_into(lossy, entry.name, DTYPES[entry.dtype][0], entry.shape, data, out)
+        return out
+    check_chunks(entry, src, entry.raw_nbytes)
+    out = bytearray(entry.raw_nbytes)
+    _decompress(entry, src, out, entry.raw_nbytes, nthreads)
+    return out
+
+
+def check_chunks(entry: TensorEntry, src: Any, total: int) -> None:
+    """Check every chunk's blosc2 header against the frame's declaration (``total`` bytes
+    decompressed, each chunk's length) without decompressing anything."""
     blosc2 = load_blosc2()
     s = d = 0
     for clen in entry.chunks:
@@ -445,6 +484,17 @@ def _decompress(entry: TensorEntry, src: Any, dst: Any, total: int, nthreads: in
             raise ProtocolError(
                 f"tensor {entry.name!r}: chunk says {nbytes}/{cbytes} bytes, frame said {want}/{clen}"
             )
+        s += clen
+        d += want
+
+
+def _decompress(entry: TensorEntry, src: Any, dst: Any, total: int, nthreads: int) -> None:
+    blosc2 = load_blosc2()
+    check_chunks(entry, src, total)
+    s = d = 0
+    for clen in entry.chunks:
+        part = src[s : s + clen]
+        want = min(CHUNK_BYTES, total - d)
         try:
             blosc2.decompress2(part, dst=memoryview(dst)[d : d + want], nthreads=nthreads)
         except Exception as exc:
@@ -465,9 +515,7 @@ def decode(entry: TensorEntry, payload: Any, nthreads: int = 1) -> torch.Tensor:
         return tensor_from(entry, None)
     if entry.codec == "none":
         return tensor_from(entry, bytearray(payload))
-    buf = bytearray(entry.raw_nbytes)
-    decompress_into(entry, memoryview(payload), buf, nthreads)
-    return tensor_from(entry, buf)
+    return tensor_from(entry, decode_new(entry, payload, nthreads))
 
 
 def tensor_from(entry: TensorEntry, buf: bytearray | None) -> torch.Tensor:

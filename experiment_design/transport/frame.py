@@ -113,6 +113,20 @@ class Limits:
     max_plain_items: int = 65536  # plain values (nested ones included) beside the tensors
 
 
+#: The least a run's channels accept in one frame, whatever its model: the link probe
+#: sends up to 1 MiB raw, and an adaptive partitioner's probes are of a cut's size.
+RUN_FLOOR = 8 << 20
+
+
+def run_limits(largest: int, slack: int = 2) -> Limits:
+    """The limits of a run's data channels: a frame may declare (raw and encoded, each)
+    at most ``slack`` times ``largest``, the most bytes the run puts in one frame (its
+    model's largest set of crossing tensors, input and output included), and never less
+    than :data:`RUN_FLOOR`. A peer that declares more is refused at the prefix or the
+    table, before anything of that size is set aside."""
+    return Limits(max_message_bytes=max(RUN_FLOOR, int(largest) * slack))
+
+
 class Table(NamedTuple):
     """A validated tensor table and the totals a frame's prefix must agree with."""
 

@@ -278,6 +278,36 @@ def parse_lossy(d: Any, name: str, dtype: str, shape: list[int], raw: int) -> Lo
     return Lossy(method, sum(sizes), scale, offset, sizes)
 
 
+def check_reduced(lossy: Lossy, name: str, shape: tuple[int, ...], data: Any) -> None:
+    """Check a reduced tensor's own headers before memory of the tensor's size is set
+    aside: a quantizer's scales and zero points, each image's size and mode (read from
+    its header, nothing decoded)."""
+    method = lossy.method
+    if method in QMAX:
+        quant_params(np.frombuffer(data, np.uint8), lossy.channels, QMAX[method], name)
+    elif method in _IMAGE:
+        from PIL import Image
+
+        fmt, _ = _IMAGE[method]
+        _, c, h, w = shape
+        mode = "RGB" if c == 3 else "L"
+        modes = (mode, "RGB") if method == "webp" else (mode,)
+        view = memoryview(data)
+        pos = 0
+        for i, size in enumerate(lossy.sizes):
+            try:
+                with Image.open(io.BytesIO(view[pos : pos + size]), formats=[fmt]) as img:
+                    ok = img.size == (w, h) and img.mode in modes
+                    got = f"{img.mode} {img.size[0]}x{img.size[1]}"
+            except Exception as exc:  # Pillow raises many types on garbage
+                raise ProtocolError(f"tensor {name!r}: image {i} does not decode ({exc})") from None
+            if not ok:
+                raise ProtocolError(
+                    f"tensor {name!r}: image {i} is {got}, the entry says {mode} {w}x{h}"
+                )
+            pos += size
+
+
 def restore_into(
     lossy: Lossy, name: str, dtype: torch.dtype, shape: tuple[int, ...], data: Any, out: Any
 ) -> None:

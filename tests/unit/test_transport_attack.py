@@ -405,3 +405,91 @@ def test_a_reply_with_a_bad_id_ends_a_throughput_run_with_a_message():
         head.close()
         cloud.close()
         run.join(5)
+
+
+def _peak_while_receiving(frame: bytes, payload: bytes) -> tuple[int, object]:
+    """Peak traced memory (bytes) while a channel receives one hand-made frame, and
+    what recv() gave (an exception here)."""
+    left, right = _channel_pair()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        sender = threading.Thread(
+            target=lambda: _catch(lambda: left.send_packed(frame, [payload])), daemon=True)
+        sender.start()
+        got = _catch(right.recv)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+        left.close()
+        right.close()
+        sender.join(10)
+    return peak, got
+
+
+@pytest.mark.parametrize(
+    "dtype, shape, lossy, nchunks",
+    [
+        ("uint8", [1 << 30], None, 4),  # 1 GiB declared in four 256 MiB chunks
+        ("float32", [1 << 28], {"method": "int8"}, 2),  # 1 GiB restored from 256 MiB
+        ("float32", [1 << 27], {"method": "float16"}, 1),
+    ],
+    ids=["compressed", "int8-compressed", "float16-compressed"],
+)
+def test_a_small_frame_declaring_a_huge_size_is_refused_before_any_allocation(
+    dtype, shape, lossy, nchunks
+):
+    """A 256-byte frame declaring 1 GiB cost 1 GiB of memory and 3.3 s before its chunk
+    headers were read and found to be garbage."""
+    import json
+
+    raw = 4 if dtype == "float32" else 1
+    for d in shape:
+        raw *= d
+    chunk = b"\x02\x01\x13\x08" + bytes(28)  # looks like a blosc2 header, declares nothing
+    chunks = [len(chunk)] * nchunks
+    entry = {"name": "x", "dtype": dtype, "shape": shape, "raw_nbytes": raw,
+             "encoded_nbytes": sum(chunks), "codec": "zstd", "chunks": chunks}
+    if lossy:
+        entry["lossy"] = lossy
+    payload = chunk * nchunks
+    table, header = json.dumps(entry and [entry]).encode(), b"{}"
+    frame = (PREFIX.pack(b"TRCF", VERSION, 0, nchunks, len(table), len(header), len(payload))
+             + table + header)
+    assert len(frame) + len(payload) < 512
+    peak, got = _peak_while_receiving(frame, payload)
+    assert isinstance(got, ProtocolError), got
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB set aside for a {len(frame)}-byte frame"
+
+
+def test_a_frame_is_bounded_by_what_the_run_can_produce():
+    """A valid blosc2 chunk of 256 MiB of zeros is a few kB on the wire: a channel whose
+    limits come from the run's largest tensor refuses it before decompressing."""
+    from experiment_design.transport.codec import encode_tensor
+    from experiment_design.transport.frame import Limits, run_limits
+
+    limits = run_limits(600_000)  # AlexNet's largest crossing, about
+    assert limits.max_message_bytes < 64 << 20
+    bomb = encode_tensor("x", torch.zeros(1 << 28, dtype=torch.uint8),
+                         CodecConfig(codec="zstd", level=1))
+    assert bomb.encoded_nbytes < 1 << 20
+    a, b = socket.socketpair()
+    client, server = derive(SECRET, bytes(32), bytes(32), encrypt=False)
+    left = DataChannel(a, RAW, session=client)
+    right = DataChannel(b, RAW, limits, session=server)
+    frame = pack_head({"op": "infer"}, [bomb])
+    sender = threading.Thread(target=lambda: _catch(lambda: left.send_packed(frame, bomb.buffers)),
+                              daemon=True)
+    sender.start()
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError, match="decodes to more than"):
+            right.recv()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        left.close()
+        right.close()
+        sender.join(10)
+    assert peak < 16 << 20
+    assert Limits().max_message_bytes == 1 << 31  # a channel without a run keeps the default
