@@ -13,4 +13,5 @@ BENCHMARKS = {
     "pipeline": "a pipelined run against its bound, latency mode and the best single device",
     "quota": "how steady one CPU's compute time is, unlimited and under a CPU quota",
     "drift": "how far this machine's speed for the same work moves over minutes, per CPU",
+    "preempt": "what an interruption costs a computing thread here, and what pacing costs it",
 }
