@@ -1,22 +1,29 @@
-# tracr: `make run` sets up .venv and runs the default experiment; `make test` runs the test suite.
+# tracr: `make run` sets up .venv and runs the default experiment; `make test` runs the fast
+# tests (unit and localhost: no SSH, no lab); `make test-all` runs every test (CI runs it).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tracr-installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-all docs lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
-	$(PY) -m pip install --quiet -e '.[dev,yolo]'
+	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/tracr experiment run alexnet-sweep
 
 test: $(STAMP)
+	$(PY) -m pytest tests -m "not ssh and not lab"
+
+test-all: $(STAMP)
 	$(PY) -m pytest tests
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -11,18 +11,9 @@ __version__ = "0.1.0"
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tracr`` parser with every command group registered (no heavy imports)."""
-    from app_api.cli import bench, device, experiment, lab, model, results
+    from app_api.cli import build_parser as build
 
-    parser = argparse.ArgumentParser(
-        prog="tracr",
-        description="tracr: a test-bed for split computing (cooperative inference).",
-    )
-    parser.add_argument("--version", action="version", version=f"tracr {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
-    sub = parser.add_subparsers(dest="group", metavar="COMMAND")
-    for group in (model, experiment, results, device, lab, bench):
-        group.register(sub)
-    return parser
+    return build(__version__)
 
 
 def _setup_logging(debug: bool) -> None:
@@ -35,7 +26,20 @@ def _setup_logging(debug: bool) -> None:
     except ImportError:  # pragma: no cover - rich is a dependency
         handler = logging.StreamHandler()
         fmt = "%(levelname)s %(name)s: %(message)s"
+    handler.addFilter(_shown)
     logging.basicConfig(level=level, format=fmt, handlers=[handler])
+
+
+def _shown(record: logging.LogRecord) -> bool:
+    """Every log line's message with its control characters escaped: many carry a
+    participant's or a device's text (an error, a warning it sent)."""
+    from app_api.terminal import printable
+
+    try:
+        record.msg, record.args = printable(record.getMessage()), None
+    except Exception:  # noqa: BLE001 - a malformed record is logging's to report
+        pass
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,9 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except TracrError as exc:
         if args.debug:
             raise
-        print(f"error: {exc.message}", file=sys.stderr)
+        from app_api.terminal import printable  # a message may carry a participant's text
+
+        print(f"error: {printable(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+            print(f"hint: {printable(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
