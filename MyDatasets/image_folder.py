@@ -18,6 +18,7 @@ from pathlib import Path
 
 from experiment_design.datasets import Dataset, Item, register_dataset
 from experiment_design.errors import TracrError
+from experiment_design.params import Param
 from MyDatasets.preprocess import IMAGE_EXTENSIONS, Preprocess, load_image
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample_images"
@@ -71,6 +72,13 @@ class ImageFolder(Dataset):
     in sorted order), ``resize`` (shorter side, default 256 for a 224 crop),
     ``crop`` (default: the model's input size), ``mean``/``std`` (ImageNet).
     """
+
+    PARAMS = {
+        "path": Param("str", doc="a directory of images on the device"),
+        "labels": Param("str", nullable=True, doc="a filename,label file"),
+        "limit": Param("int", nullable=True, min=1, doc="the first N items only"),
+        "resize": Param("int", nullable=True, min=1, doc="shorter side before the crop"),
+    }
 
     def __init__(
         self,
@@ -182,6 +190,8 @@ class SampleImages(ImageFolder):
     they give real image statistics to the model without any download. Same
     params as ``image-folder`` except ``path``.
     """
+
+    PARAMS = {k: p for k, p in ImageFolder.PARAMS.items() if k in ("limit", "resize")}
 
     def __init__(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from experiment_design.datasets import Dataset, Item, register_dataset
 from experiment_design.errors import TracrError
+from experiment_design.params import Param
 
 
 @register_dataset("synthetic")
@@ -14,6 +15,8 @@ class Synthetic(Dataset):
     the same seed sees the same inputs, in any order. Useful for models that
     do not take images, and for timing runs where content does not matter.
     """
+
+    PARAMS = {"size": Param("int", default=8, min=1, doc="how many inputs")}
 
     def __init__(self, *, input_shape: tuple[int, ...], seed: int = 0, size: int = 8) -> None:
         super().__init__(input_shape=input_shape, seed=seed, size=size)

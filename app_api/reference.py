@@ -140,7 +140,32 @@ def manifest_reference() -> str:
     for path, f in keys():
         doc = (f.doc or "").replace("|", "\\|")
         lines.append(f"| `{path}` | {_kind(f)} | {_default(f)} | {_constraints(f)} | {doc} |")
+    lines += _declared_params()
     return "\n".join(lines) + "\n"
+
+
+def _declared_params() -> list[str]:
+    """The parameters each built-in partitioner and dataset declares (``PARAMS``)."""
+    from experiment_design.datasets import get_dataset_class, list_datasets
+    from experiment_design.params import declared
+    from experiment_design.partitioners import get_partitioner, list_partitioners
+
+    lines = []
+    for kind, names, get in (("partitioner", list_partitioners(), get_partitioner),
+                             ("dataset", list_datasets(), get_dataset_class)):
+        lines += ["", f"## `{kind}.params`\n",
+                  f"The parameters each {kind} declares, checked by `tracr experiment "
+                  "validate`; a parameter not declared is passed to the "
+                  f"{kind} unchecked.\n"]
+        for name in sorted(names):
+            params = declared(get(name))
+            if not params:
+                continue
+            lines += [f"### `{name}`\n", "| param | declared |", "|---|---|"]
+            lines += [f"| `{k}` | {p.describe().replace('|', chr(92) + '|')} |"
+                      for k, p in params.items()]
+            lines.append("")
+    return lines
 
 
 PAGES = {"cli.md": cli_reference, "manifest.md": manifest_reference}

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from experiment_design.errors import TracrError, UnknownNameError
+from experiment_design.params import Param
 from experiment_design.registry import Registry
 
 if TYPE_CHECKING:  # torch is imported lazily so that listing datasets stays fast
@@ -67,6 +68,8 @@ class Dataset:
     """
 
     name: ClassVar[str] = ""
+    #: declared parameters, checked by ``tracr experiment validate`` (experiment_design.params)
+    PARAMS: ClassVar[dict[str, Param]] = {}
     #: Class names indexed by label, when the dataset knows them.
     class_names: list[str] | None = None
 

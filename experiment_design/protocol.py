@@ -15,6 +15,7 @@ control call takes at most one argument and answers one JSON document::
     call                   argument (JSON)   reply (JSON)
     hello()                -                 Environment
     setup(c)               SetupConfig       SetupInfo
+    check_graph(g)         GraphPlan         "ok" (or an error naming the first node that differs)
     data_address()         -                 DataAddress or null
     connect_partners(w)    Wiring            {...} (the role's own report)
     profile_layers(p)      ProfileParams     {...} (profiling.profile_split_model)
@@ -263,7 +264,22 @@ class SetupInfo(Message):
     prepared: dict | None = None
     data_address: list | None = None  # roles with a data server (cloud)
     partitioner_needs: list[str] | None = None  # roles that own a partitioner (edge)
+    #: the fingerprint of the graph as this participant's torch traced it, and its nodes
+    #: (``split/fingerprint.py``): partners must agree on it to exchange tensors
+    graph: str | None = None
+    graph_nodes: list[str] | None = None
     extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class GraphPlan(Message):
+    """check_graph(): the plan's graph (the reference participant's, with its torch), which
+    a participant compares with its own before any tensor is exchanged."""
+
+    reference: str
+    torch: str
+    digest: str
+    nodes: list[str] = field(default_factory=list)
 
 
 # ----- wiring ----------------------------------------------------------------------------

@@ -108,6 +108,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     for o in m.overrides:
         print(f"# override: {o}")
     sys.stdout.write(m.to_yaml())
+    from experiment_design.datasets import get_dataset_class
+    from experiment_design.params import declared
+    from experiment_design.partitioners import get_partitioner
+
+    for kind, name, cls in (("partitioner", m.partitioner["name"],
+                             get_partitioner(m.partitioner["name"])),
+                            ("dataset", m.dataset["name"], get_dataset_class(m.dataset["name"]))):
+        params = declared(cls)
+        if params:
+            print(f"# {kind} {name} declares:")
+            for key, p in params.items():
+                print(f"#   {key}: {p.describe()}")
     return 0
 
 
@@ -166,8 +178,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from app_api.cli.results import print_summary
 
         print_summary(result.summary, result.run_dir)
-    for err in result.errors:
-        print(f"error: {err}", file=sys.stderr)
+    from app_api.terminal import printable
+
+    for err in result.errors:  # a participant's own words, often
+        print(f"error: {printable(err)}", file=sys.stderr)
     return result.exit_code
 
 

@@ -217,6 +217,11 @@ def _check_names(d: dict, loc: _Locator) -> None:
         raise loc.error(
             ("partitioner", "name"), _unknown("partitioner", d["partitioner"]["name"], parts)
         )
+    for key, problem in names.param_problems("partitioner", d["partitioner"]["name"],
+                                             d["partitioner"]["params"]):
+        raise loc.error(("partitioner", "params", key), problem,
+                        hint=f"partitioner '{d['partitioner']['name']}' declares its parameters "
+                        "in its PARAMS; the manifest reference lists the built-in ones")
     for j, pname in enumerate(d["evaluate"]["partitioners"]):
         if pname not in parts:
             raise loc.error(("evaluate", "partitioners", j), _unknown("partitioner", pname, parts))
@@ -232,6 +237,8 @@ def _check_names(d: dict, loc: _Locator) -> None:
                 f"dataset '{ds}' needs params.{key}",
                 hint=f"e.g. --set +dataset.params.{key}=...",
             )
+    for key, problem in names.param_problems("dataset", ds, d["dataset"]["params"]):
+        raise loc.error(("dataset", "params", key), problem)
     accepted = names.dataset_params(ds)
     if accepted is not None:  # None: the dataset takes any parameter
         for key in d["dataset"]["params"]:

@@ -53,6 +53,17 @@ def datasets() -> list[str]:
     return list(dataset_registry.list_datasets())
 
 
+def param_problems(kind: str, name: str, given: dict) -> list[tuple[str, str]]:
+    """``(param, problem)`` for each of ``given`` that partitioner or dataset ``name``'s
+    declared parameters refuse (:mod:`experiment_design.params`)."""
+    from experiment_design.params import problems
+    from experiment_design.partitioners import get_partitioner
+
+    cls = get_partitioner(name) if kind == "partitioner" else dataset_registry.get_dataset_class(
+        name)
+    return problems(cls, given)
+
+
 def dataset_params(name: str) -> list[str] | None:
     """Parameters dataset ``name`` accepts, or None for any."""
     return dataset_registry.accepted_params(name)

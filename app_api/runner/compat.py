@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from experiment_design.errors import TracrError
-from experiment_design.protocol import SetupInfo
+from experiment_design.protocol import GraphPlan, SetupInfo
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ def check_environments(envs: dict[str, dict]) -> list[str]:
     """Raise TracrError on a tracr/python-major mismatch; return warnings (torch differences).
 
     The wire carries dtype names and raw bytes, so torch versions may differ, but the
-    split plans must agree; :func:`check_plans` verifies that after set-up.
+    graphs must agree; :func:`check_graphs` has each partner verify that after set-up.
     """
     if len(envs) < 2:
         return []
@@ -61,6 +61,25 @@ def check_plans(infos: Mapping[str, SetupInfo | Mapping[str, Any]],
                 f"first difference at layer {first + 1}).",
                 hint="use the same model, depth and mode (and torch/torchvision versions) on both",
             )
+
+
+def check_graphs(call: Callable[[str, GraphPlan], Any], infos: Mapping[str, SetupInfo],
+                 envs: Mapping[str, Mapping[str, Any]], pairs: list[tuple[str, str]]) -> None:
+    """Each partner checks its own graph against the plan's before any tensor crosses.
+
+    In a pair (a, b), a connects to b (the edge to the cloud, the head of a chain to a
+    stage) and a's graph is the plan: ``call(b, plan)`` asks b to compare (its
+    ``check_graph``), which refuses a mismatch naming both torch versions and the first
+    node that differs. A pair where one side reports no graph (a role that builds its
+    model its own way) falls back to :func:`check_plans`.
+    """
+    for a, b in pairs:
+        ia, ib = _setup_info(infos[a]), _setup_info(infos[b])
+        if not ia.graph or not ib.graph:
+            check_plans(infos, [(a, b)])
+            continue
+        call(b, GraphPlan(reference=a, torch=str((envs.get(a) or {}).get("torch", "?")),
+                          digest=ia.graph, nodes=list(ia.graph_nodes or [])))
 
 
 def _setup_info(info: SetupInfo | Mapping[str, Any]) -> SetupInfo:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app_api.runner.compat import check_plans
+from app_api.runner.compat import check_graphs
 from app_api.runner.state import RunState
 from experiment_design.errors import TracrError
 from experiment_design.protocol import PartnerAddress, Wiring
@@ -31,9 +31,16 @@ def wire(state: RunState) -> None:
                 )
             wiring.partners[slot] = [partner_address(state, inst, p) for p in peers]
             state.pairs.extend((inst, p) for p in peers)
+            check_partners(state, [(inst, p) for p in peers])
         if wiring.partners:
-            check_plans(state.infos, state.pairs)
             state.client(inst).connect_partners(wiring)
+
+
+def check_partners(state: RunState, pairs: list[tuple[str, str]]) -> None:
+    """Before a participant connects: each of its partners checks its graph against the
+    connecting participant's (the plan)."""
+    check_graphs(lambda inst, plan: state.client(inst).call("check_graph", plan),
+                 state.infos, state.envs, pairs)  # fmt: skip
 
 
 def partner_address(state: RunState, inst: str, peer: str) -> PartnerAddress:
@@ -65,5 +72,5 @@ def wire_chain(state: RunState, chain: list[str]) -> None:
         wiring = Wiring()
         wiring.partners["chain"] = [partner_address(state, inst, p) for p in peers]
         state.pairs.extend((inst, p) for p in peers)
-        check_plans(state.infos, state.pairs)
+        check_partners(state, [(inst, p) for p in peers])
         state.client(inst).connect_partners(wiring)

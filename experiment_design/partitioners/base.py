@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from experiment_design.errors import TracrError
+from experiment_design.params import Param
 from experiment_design.registry import Registry
 
 
@@ -83,6 +84,8 @@ class Partitioner:
 
     name: ClassVar[str] = ""
     needs: ClassVar[frozenset[str]] = frozenset()
+    #: declared parameters, checked by ``tracr experiment validate`` (experiment_design.params)
+    PARAMS: ClassVar[dict[str, Param]] = {}
 
     def __init__(self, **params: Any) -> None:
         self.params = dict(params)

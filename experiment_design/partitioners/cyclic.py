@@ -7,12 +7,16 @@ import statistics
 from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.params import Param
 from experiment_design.partitioners.base import (
     PartitionContext,
     Partitioner,
     register_partitioner,
 )
 from experiment_design.stats import bootstrap_medians, interval, separated
+
+#: the orders of the walk
+ORDERS = ("interleaved", "sequential", "shuffled")
 
 
 @register_partitioner("cyclic")
@@ -66,6 +70,17 @@ class CyclicPartitioner(Partitioner):
     0.99) and ``bandwidths`` (rates such as ``4MB/s``) are read by the summary's
     rate-fidelity answer, not by the walk.
     """
+
+    PARAMS = {
+        "repeats": Param("int", default=1, min=1, doc="inferences per split (pair) per pass"),
+        "refine": Param("int", default=0, min=0, doc="rounds that re-measure the fastest"),
+        "contenders": Param("int", default=8, min=1, doc="how many splits refine or race"),
+        "passes": Param("int", default=1, min=1, doc="walks over every split"),
+        "order": Param("str", default="interleaved", choices=ORDERS),
+        "seed": Param("int", default=0, min=0, doc="the shuffled order's seed"),
+        "race": Param("map", nullable=True, doc="{confidence, budget, precision}"),
+        "transports": Param("list", nullable=True, doc="walk (split, transport) pairs"),
+    }
 
     def __init__(self, repeats: int = 1, splits: Any = "all", refine: int = 0,
                  contenders: int = 8, done: dict | None = None, passes: int = 1,
@@ -339,9 +354,6 @@ class CyclicPartitioner(Partitioner):
                        pairs=len(self.slots))
         return out
 
-
-#: the orders of the walk
-ORDERS = ("interleaved", "sequential", "shuffled")
 
 #: the race's settings and their defaults
 _RACE = {"confidence": 0.95, "budget": None, "min_samples": 5, "resamples": 1000,

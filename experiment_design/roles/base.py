@@ -28,6 +28,7 @@ from experiment_design.protocol import (
     BYE,
     DataAddress,
     Environment,
+    GraphPlan,
     InferenceRecord,
     LayerRecord,
     LinkProbe,
@@ -212,7 +213,12 @@ class ParticipantService(rpyc.Service):
         self.codec = CodecConfig.from_dict(config.get("transport") or {})
         self.data_secret = bytes.fromhex(config.get("data_secret", ""))
         sm = self.split_model
+        from experiment_design.split.fingerprint import graph_digest, graph_nodes
+
+        nodes = graph_nodes(sm)
         return {
+            "graph": graph_digest(sm.mode, nodes),
+            "graph_nodes": nodes,
             "mode": sm.mode,
             "n_layers": len(sm.layers),
             "valid_splits": sm.valid_splits(),
@@ -283,6 +289,19 @@ class ParticipantService(rpyc.Service):
             log.info("heap settled: %d objects frozen, %d left to the collector (collect "
                      "%.0f ms)", found["frozen"], found["tracked"], found["collect_ms"])
         return self.setup_info
+
+    @control(GraphPlan)
+    def exposed_check_graph(self, plan: GraphPlan) -> str:
+        """Refuse a plan whose graph is not this participant's (see ``split/fingerprint``)."""
+        import torch
+
+        from experiment_design.split.fingerprint import check_graph
+
+        info = self.setup_info
+        if info is None or not info.graph:
+            raise TracrError(f"{self.instance}: check_graph() before setup()")
+        check_graph(self.instance, torch.__version__, info.graph, info.graph_nodes or [], plan)
+        return ACK
 
     @control()
     def exposed_data_address(self) -> DataAddress | None:
