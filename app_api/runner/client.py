@@ -25,6 +25,7 @@ from experiment_design.protocol import (
     ACK,
     BYE,
     LIVENESS_TIMEOUT_S,
+    Admission,
     DataAddress,
     Environment,
     LinkProbe,
@@ -53,7 +54,7 @@ LONG_CALLS = frozenset({"setup", "connect_partners", "profile_layers", "probe_li
 #: every other call answers at once (poll waits at most its own wait_s)
 SHORT_CALL_S = 60.0
 
-__all__ = ["ControlHandle", "ParticipantClient", "ParticipantLost", "remote_message"]
+__all__ = ["CallStuck", "ControlHandle", "ParticipantClient", "ParticipantLost", "remote_message"]
 
 
 class ControlHandle(Protocol):
@@ -70,6 +71,12 @@ class ControlHandle(Protocol):
 
     def stderr_tail(self, n: int = ...) -> str:
         """The last ``n`` lines the participant wrote to stderr."""
+
+
+class CallStuck(ParticipantLost):
+    """A participant that is alive (its heartbeats arrive) but did not answer a call within
+    the call's bound: as good as lost, so the run ends by itself (exit 1), keeps what was
+    measured and stops the participant, never asked again."""
 
 
 def remote_message(exc: BaseException) -> str:
@@ -160,7 +167,7 @@ class ParticipantClient:
                 "run.liveness_timeout_s sets how long to wait",
             )
         if time.monotonic() > deadline:
-            raise TracrError(
+            raise CallStuck(
                 f"{self.instance} on {h.host_label}: {method}() did not answer within "
                 f"{timeout:.0f} s", hint="the participant is alive but its call is stuck")
 
@@ -181,6 +188,10 @@ class ParticipantClient:
     def connect_partners(self, wiring: Wiring) -> dict:
         """Open the data channels to the partners; the role's own report."""
         return self.call("connect_partners", wiring) or {}
+
+    def admit_partners(self, admission: Admission) -> dict:
+        """Tell the participant's data server whom to let in; the role's own report."""
+        return self.call("admit_partners", admission) or {}
 
     def profile_layers(self, params: ProfileParams) -> dict:
         """The participant's start-up profile (``roles/profiling.py``)."""

@@ -55,6 +55,31 @@ if _chatty and _role() == _chatty.split(":")[0]:
             print(line, flush=True)
         open(marker, "w").close()
     threading.Thread(target=_chatter, daemon=True).start()
+
+_stuck = os.environ.get("TRACR_TEST_STUCK", "")  # "ROLE:CALL"
+if _stuck and _role() == _stuck.split(":")[0]:
+    import importlib.machinery
+
+    class _StuckCall:
+        """The role's control call CALL never returns; the process and its heartbeats go
+        on (a device hung in a driver, a deadlock in user code)."""
+        def find_spec(self, name, path=None, target=None):
+            if name != "experiment_design.roles.base":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+
+                def stuck(self, *args):
+                    threading.Event().wait()
+
+                setattr(module.ParticipantService, "exposed_" + _stuck.split(":")[1], stuck)
+            spec.loader.exec_module = exec_module
+            return spec
+    sys.meta_path.insert(0, _StuckCall())
 '''
 
 
@@ -93,6 +118,19 @@ def release(ps: list[psutil.Process]) -> None:
             p.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+def launched(proc: subprocess.Popen) -> list[psutil.Process]:
+    """The participants the observer ``proc`` started (its own children: not a process a
+    participant forks on its way up, which carries the same command line)."""
+    out = []
+    for p in psutil.Process(proc.pid).children():
+        try:
+            if "experiment_design.participant" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def summary_of(tmp_path: Path) -> dict:
@@ -203,3 +241,41 @@ def test_run_timeout_ends_the_run(tmp_path):
     assert summary["status"] == "failed"
     assert "run.timeout_s (30 s) reached" in summary["errors"]
     assert (tmp_path / "run" / "inferences.csv").exists()
+
+
+@pytest.mark.parametrize("call,bound", [("setup", "run.startup_timeout_s=10"),
+                                        ("start_task", None)])
+def test_a_participant_stuck_inside_a_call_is_named_and_stopped(tmp_path, call, bound):
+    """The cloud is alive (its heartbeats arrive) but one control call never returns: the
+    observer ends the run within the call's bound (``run.startup_timeout_s`` for a call
+    that builds or measures, ``SHORT_CALL_S`` for the others), names the participant and
+    the call, and leaves no process and no temp dir."""
+    from app_api.runner.client import SHORT_CALL_S
+
+    env = site_env(tmp_path, TRACR_TEST_STUCK=f"cloud:{call}")
+    limit = 10.0 if bound else SHORT_CALL_S
+    t0 = time.monotonic()
+    proc = start_cli(tmp_path, "partitioner.params.repeats=1", *filter(None, [bound]), env=env)
+    ps: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(ps) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            ps = launched(proc)
+            time.sleep(0.2)
+        assert len(ps) == 2, f"the participants did not start: {ps}"
+        dirs = workdirs(ps)
+        _, err = proc.communicate(timeout=limit + 120)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        release(ps)
+    print(f"run with a stuck {call}() ended after {took:.1f} s (bound {limit:.0f} s)")
+    assert proc.returncode == 1, err
+    assert f"cloud-1 on localhost: {call}() did not answer within {limit:.0f} s" in err, err
+    assert took < limit + 60
+    assert all(gone(p.pid) for p in ps)
+    assert not any(os.path.exists(d) for d in dirs)
+    summary = summary_of(tmp_path)
+    assert summary["status"] == "failed"
+    assert any(f"cloud-1 on localhost: {call}()" in e for e in summary["errors"]), summary
