@@ -404,8 +404,15 @@ class EdgeRole(ChainMember):
             return {"instance": device, "throughput_per_s": throughput_per_s(done, "latency", 1),
                     "latency_ms_p50": statistics.median(ms) if ms else None}
         ch = self.downstream[device]
-        ch.send({"op": "solo", "count": int(count)}, {"x": self.inputs[0][0]})
-        header, _, _ = ch.recv()
+        # the partner reports between passes, well within the link's liveness deadline
+        ch.send({"op": "solo", "count": int(count), "progress_s": self.liveness_s / 4},
+                {"x": self.inputs[0][0]})
+        for _ in range(int(count) + 1):  # at most one report a pass, then the result
+            header, _, _ = ch.recv()
+            if header.get("op") != "progress":
+                break
+        else:
+            raise TracrError(f"{device}: the baseline reported more passes than {count}")
         if header.get("error"):
             raise TracrError(f"{device}: {header['error']}")
         return {"instance": device, "throughput_per_s": header["throughput_per_s"],

@@ -46,8 +46,10 @@ class ChainMember(ParticipantService):
             for peer in slot_peers:
                 if peer["instance"] in self.downstream:
                     continue
-                ch = connect(peer["host"], int(peer["port"]), self.data_secret, self.codec,
-                             limits=self.frame_limits())
+                key = bytes.fromhex(peer["key"]) if peer.get("key") else None
+                ch = connect(peer["host"], int(peer["port"]), self.data_secret or None,
+                             self.codec, limits=self.frame_limits(), name=self.instance,
+                             partner=peer["instance"], key=key)
                 ch.set_timeout(deadline, partner=peer["instance"])
                 self.channels.append((peer["instance"], ch))
                 self.downstream[peer["instance"]] = ch
@@ -140,8 +142,10 @@ class StageRole(ChainMember):
         depth = int(((config.get("pipeline") or {}).get("queue")) or 2)
         self.chain = ChainServer(self, depth=depth)
         bind = config.get("data_bind") or "127.0.0.1"
-        self.server = DataServer(bind, int(config.get("data_port") or 0), self.data_secret,
-                                 self.codec, limits=self.frame_limits())
+        # no run secret (the observer's runs): nobody gets in until admit_partners()
+        self.server = DataServer(bind, int(config.get("data_port") or 0),
+                                 self.data_secret or None, self.codec, name=self.instance,
+                                 limits=self.frame_limits())
         threading.Thread(target=self._accept_loop, name="data-accept", daemon=True).start()
         info["data_address"] = list(self.server.address)
         return info
@@ -153,13 +157,29 @@ class StageRole(ChainMember):
         host, port = self.server.address[:2]
         return DataAddress(host=host, port=port)
 
+    def on_admit_partners(self, admission: Any) -> dict:
+        """Let exactly the partners the observer wired to this stage into its data server,
+        each from its own addresses, with its link's key; the server stops listening once
+        all of them have connected."""
+        from experiment_design.transport import Partner, link_key
+
+        if self.server is None:
+            raise TracrError(f"{self.instance}: admit_partners() before setup()")
+        partners = []
+        for p in admission.partners:
+            key = (bytes.fromhex(p.key) if p.key
+                   else link_key(self.data_secret, self.instance, p.instance))
+            partners.append(Partner(p.instance, key, tuple(p.hosts)))
+        self.server.admit(partners)
+        return {"admitted": [p.name for p in partners]}
+
     def _accept_loop(self) -> None:
         while not self.stop_event.is_set():
             try:
                 ch = self.server.accept(timeout=None)
             except Exception as exc:  # closed server, or a peer that failed auth
-                if self.stop_event.is_set():
-                    return
+                if self.stop_event.is_set() or self.server.complete:
+                    return  # stopped, or every partner is in: nothing more to accept
                 log.warning("data accept: %s", exc)
                 time.sleep(0.05)
                 continue

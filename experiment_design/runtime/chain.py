@@ -162,6 +162,10 @@ class ChainServer:
         self._lock = threading.Lock()
         #: partner name -> the thread relaying its replies
         self.relays: dict[str, threading.Thread] = {}
+        #: partner name -> replies it owes (requests sent on, a goodbye): its relay reads,
+        #: under the channel's liveness deadline, only while one is owed
+        self.owed: dict[str, int] = {}
+        self._owes = threading.Condition(self._lock)
         self._pipeline: list[threading.Thread] = []
         self.served = 0
 
@@ -272,9 +276,17 @@ class ChainServer:
             job.upstream.send(reply, {})
             return
         self._relay(nxt, down)
-        with self._lock:
-            self.pending[(route.route[0], int(header["id"]))] = (job.upstream, rec)
-        self._send(down, {**header, "hop": hop + 1}, job.out, rec)
+        key = (route.route[0], int(header["id"]))
+        with self._owes:
+            self.pending[key] = (job.upstream, rec)
+            self._expect(nxt)
+        try:
+            self._send(down, {**header, "hop": hop + 1}, job.out, rec)
+        except BaseException:
+            with self._owes:  # nothing was sent: nothing is owed
+                if self.pending.pop(key, None) is not None:
+                    self.owed[nxt] = max(0, self.owed.get(nxt, 0) - 1)
+            raise
 
     def _send(self, ch: Any, header: dict, tensors: dict, rec: dict) -> None:
         sent = ch.send(header, tensors)
@@ -282,6 +294,16 @@ class ChainServer:
                    bytes_raw=sent.raw_bytes, bytes_encoded=sent.encoded_bytes)
 
     # -- relaying replies --------------------------------------------------------------------
+    def expect(self, name: str) -> None:
+        """One more reply is owed by ``name`` (a request or a goodbye about to be sent to
+        it): its relay thread reads it, under the link's liveness deadline."""
+        with self._owes:
+            self._expect(name)
+
+    def _expect(self, name: str) -> None:  # the lock is held
+        self.owed[name] = self.owed.get(name, 0) + 1
+        self._owes.notify_all()
+
     def _relay(self, name: str, down: Any) -> None:
         with self._lock:
             if name in self.relays:
@@ -292,16 +314,29 @@ class ChainServer:
 
     def _relay_loop(self, name: str, down: Any) -> None:
         """Replies from ``down`` go back on the channel their request came from, with this
-        stage's record added (its record was finished when it sent the request on)."""
+        stage's record added (its record was finished when it sent the request on).
+
+        The channel's receive deadline is the link's liveness: a partner that owes a reply
+        and stays silent that long is lost. So the relay reads only while ``name`` owes
+        one; between configurations, while the head plans or runs a baseline, the link
+        may stay idle for as long as the run lasts (it read all the time before, and an
+        idle gap of the liveness timeout closed the link for the rest of the run)."""
         from experiment_design.transport.errors import TransportError
 
-        while not self.owner.stop_event.is_set():
+        stop = self.owner.stop_event
+        while not stop.is_set() and not getattr(down, "closed", False):
+            with self._owes:
+                if not self.owed.get(name):
+                    self._owes.wait(_POLL_S)
+                    continue
             try:
                 header, tensors, _ = down.recv()
             except (OSError, EOFError, TransportError) as exc:
-                if not self.owner.stop_event.is_set():
+                if not stop.is_set():
                     log.info("channel to %s closed: %s", name, exc)
                 break
+            with self._owes:
+                self.owed[name] = max(0, self.owed.get(name, 0) - 1)
             if header.get("op") == "bye":  # the goodbye this stage sent was answered
                 break
             key = (str(header.get("head", "")), int(header.get("id", -1)))

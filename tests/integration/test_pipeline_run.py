@@ -203,3 +203,82 @@ def test_pipeline_dp_counts_what_each_stage_spends_beside_its_layers(tmp_path):
     profiles = json.loads((res.run_dir / "profiles.json").read_text())
     assert set(profiles) == {"edge-1", "stage-1", "cloud-1"}
     assert all(p["layers"] and p["full_ms"] > 0 for p in profiles.values())
+
+
+# Loaded by every python started with it on PYTHONPATH; acts only in the head's process:
+# EdgeRole.run_config waits TRACR_TEST_IDLE_S before every configuration but the first,
+# as a head planning or busy with its own work between two configurations would.
+IDLE_SITE = r'''
+import importlib.machinery, os, sys, time
+
+class _IdleBetweenConfigs:
+    def find_spec(self, name, path=None, target=None):
+        if name != "experiment_design.roles.edge":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            measure = module.EdgeRole.run_config
+            calls = [0]
+
+            def run_config(self, *args, **kw):
+                calls[0] += 1
+                if calls[0] > 1:
+                    time.sleep(float(os.environ["TRACR_TEST_IDLE_S"]))
+                return measure(self, *args, **kw)
+
+            module.EdgeRole.run_config = run_config
+        spec.loader.exec_module = exec_module
+        return spec
+
+if "--role" in sys.argv and sys.argv[sys.argv.index("--role") + 1] == "edge":
+    sys.meta_path.insert(0, _IdleBetweenConfigs())
+'''
+
+
+def test_a_chain_idle_longer_than_the_liveness_timeout_goes_on(tmp_path, monkeypatch):
+    """Between two configurations the head does not send for 6 s, twice the liveness
+    timeout. A middle stage's relay thread read its downstream channel all the time,
+    under the liveness deadline, so the idle gap closed the link and every later
+    inference along the route failed; a link's deadline now runs only while a partner
+    owes a reply."""
+    from app_api.results import read_configs, read_csv
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(IDLE_SITE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(REPO), str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("TRACR_TEST_IDLE_S", "6")
+    res = run("alexnet-pipeline", ["pipeline.count=4", "pipeline.modes=[throughput,latency]",
+                                   "pipeline.baselines=false", "dataset.params.limit=2",
+                                   "partitioner.name=exhaustive", "+partitioner.params.splits=[4]",
+                                   "run.liveness_timeout_s=3"], tmp_path / "run")
+    assert res.ok, res.errors
+    configs = read_configs(res.run_dir)
+    assert {c["mode"] for c in configs} == {"throughput", "latency"}
+    assert all(c["chain"] == ["edge-1", "stage-1", "cloud-1"] for c in configs), configs
+    rows = read_csv(res.run_dir / "inferences.csv")
+    assert len(rows) == 4 * len(configs) and not [r for r in rows if r["error"]]
+
+
+def test_a_solo_pass_longer_than_the_liveness_timeout_ends_ok(tmp_path):
+    """A partner's single-device baseline (``solo``) sent its only reply after all its
+    passes, so one busy for longer than the liveness timeout was declared lost; it now
+    reports its progress between passes, and only a pass longer than the timeout is."""
+    from app_api.results import read_configs
+
+    count, liveness = 200, 3
+    res = run("alexnet-pipeline", [f"pipeline.count={count}", "pipeline.modes=[latency]",
+                                   "pipeline.baselines=true", "dataset.params.limit=2",
+                                   "partitioner.name=exhaustive", "+partitioner.params.splits=[4]",
+                                   f"run.liveness_timeout_s={liveness}"], tmp_path / "run")
+    assert res.ok, res.errors
+    singles = {c["chain"][0]: c for c in read_configs(res.run_dir) if c["mode"] == "single"}
+    assert set(singles) == {"edge-1", "stage-1", "cloud-1"}
+    for name, c in singles.items():
+        # the pass really outlasted the timeout (else this test would prove nothing)
+        assert count / float(c["throughput_per_s"]) > liveness, (name, c)
