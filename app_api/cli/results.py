@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app_api.terminal import printable
+
 if TYPE_CHECKING:
     from app_api.results.pareto import ParetoGroup
 
@@ -395,7 +397,7 @@ def print_summary(summary: dict, run_dir) -> None:
     if incomplete:
         from rich.markup import escape
 
-        console.print(f"[bold red]incomplete:[/] {escape(str(incomplete.get('reason')))}  "
+        console.print(f"[bold red]incomplete:[/] {printable(incomplete.get('reason'), markup=True)}  "
                       f"(continue it: tracr experiment run {escape(str(summary.get('experiment')))}"
                       f" --resume {escape(str(run_dir))})", highlight=False)
     resumed = summary.get("resumed_from")
@@ -488,7 +490,7 @@ def _print_partitioners(console, summary: dict) -> None:
         t.add_column(col, justify="left" if col in ("partitioner", "note") else "right")
     for label, p in parts.items():
         if p.get("error"):
-            t.add_row(label, "-", "-", "-", "-", "-", "-", str(p["error"]))
+            t.add_row(label, "-", "-", "-", "-", "-", "-", printable(p["error"], markup=True))
             continue
         chosen, best = str(p.get("chosen")), str(p.get("best"))
         if p.get("transport"):  # a (split, transport) pair, scored among the measured pairs
@@ -700,8 +702,8 @@ def print_group(group: dict, group_dir) -> None:
     missing = [b for b in group.get("bandwidths") or [] if b not in {r["bandwidth"] for r in rows}]
     if missing:
         console.print(f"not run: {', '.join(map(str, missing))}")
-    for err in group.get("errors") or []:
-        console.print(f"error: {err}")
+    for err in group.get("errors") or []:  # a participant's own words, often
+        console.print(f"error: {printable(err, markup=True)}", highlight=False)
     after = group.get("lab_shaping_after")
     restored = ("" if after is None else
                 f"  lab link restored to: {after.get('bandwidth') or 'unshaped'}")

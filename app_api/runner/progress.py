@@ -2,35 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import sys
 
+from app_api.terminal import printable
+
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
-
-
-# What a participant's text must not carry to the observer's terminal: C0 controls but
-# tab and newline (ESC starts CSI/OSC sequences that recolour, move the cursor, retitle
-# the window or write the clipboard; CR overwrites the line), DEL, C1 controls (0x9b is
-# a one-byte CSI), the bidi overrides that reorder what is shown, line/paragraph separators.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-_NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
-
-
-def printable(text: object) -> str:
-    """``text`` with every control character or escape sequence shown escaped, not obeyed.
-
-    ``"\\x1b[2Jhi\\r"`` becomes the readable ``\\x1b[2Jhi\\r``; tabs, newlines and all
-    other text (accents, CJK, emoji) stay as they are.
-    """
-
-    def esc(m: re.Match) -> str:
-        ch = m.group()
-        if ch in _NAMED:
-            return _NAMED[ch]
-        code = ord(ch)
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-    return _UNSAFE.sub(esc, str(text))
 
 
 def log_lines(instance: str, host: str, record: dict) -> tuple[str, str, list[str]]:
