@@ -379,6 +379,7 @@ def print_summary(summary: dict, run_dir) -> None:
                       f"{', '.join(map(str, bs['splits']))} (~best; 95% ci: bootstrap interval "
                       "of the median)", highlight=False)
     _print_partitioners(console, summary)
+    _print_adaptive(console, summary)
     _print_pipeline(console, summary)
     _print_codecs(console, summary, run_dir)
     ov = _f(summary.get("overhead"), 3)
@@ -410,6 +411,27 @@ def print_summary(summary: dict, run_dir) -> None:
         console.print(f"lab link: shaped to {conf.get('bandwidth') or 'unshaped'}, measured "
                       f"{_rate(lab.get('bandwidth_Bps'))}, rtt {_f(lab.get('rtt_ms'), 3)} ms")
     console.print(f"results: {run_dir}")
+
+
+def _print_adaptive(console, summary: dict) -> None:
+    """The adaptive partitioner's scores against hindsight (app_api.results.hindsight)."""
+    a = summary.get("adaptive")
+    if not a:
+        return
+    hs = a.get("hindsight") or {}
+    console.print(f"adaptive: {a.get('switches')} switches among splits {a.get('candidates')}, "
+                  f"{(a.get('probes') or {}).get('count', 0)} probes; adaptive.csv, "
+                  "plots/adaptive.png", highlight=False)
+    if a.get("adaptive_over_hindsight") is None:
+        console.print(f"  not scored: {hs.get('error') or 'no hindsight'}", highlight=False)
+        return
+    console.print(
+        f"  adaptive_over_hindsight {a['adaptive_over_hindsight']:.3f}  "
+        f"adaptive_over_best_fixed {_f(a.get('adaptive_over_best_fixed'), 3)}  (adaptive "
+        f"{_f(a.get('adaptive_ms'))} ms, hindsight {_f(a.get('hindsight_ms'))} ms, best fixed "
+        f"split {a.get('best_fixed')} {_f(a.get('best_fixed_ms'))} ms; mean over "
+        f"{hs.get('intervals_scored')} intervals of {hs.get('interval_s')} s, aligned by "
+        f"{hs.get('aligned_by')})", highlight=False)
 
 
 def _rate(bps) -> str:

@@ -48,6 +48,22 @@ def write_log(run_dir: Path, rows: Sequence[Mapping]) -> Path:
     return path
 
 
+def write_link_csv(run_dir: Path, entries: Sequence[Mapping]) -> Path:
+    """Write ``link.csv`` (atomically): the lab links' timeline over the run, one column per
+    key the entries have (``t``, ``link``, ``dir``, ``rate_Bps``, ... ``trace_t0``)."""
+    import csv
+    import io
+
+    cols = list(dict.fromkeys(k for e in entries for k in e))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, cols, lineterminator="\n")
+    w.writeheader()
+    w.writerows(entries)
+    path = Path(run_dir) / "link.csv"
+    atomic_write(path, buf.getvalue())
+    return path
+
+
 class LinkTimeline:
     """The link's configured rate against wall time, from timeline entries (``t`` in Unix
     seconds and ``rate_Bps``, in time order; the rate holds until the next entry), and the
@@ -109,7 +125,8 @@ def adaptive_summary(summary: dict, rows: Sequence[Mapping], run_dir: Path | Non
     out: dict = {"instance": inst, "candidates": dec.get("candidates"),
                  "phases": dec.get("phases"), "switches": len(dec.get("switches") or []),
                  "probes": dec.get("probes"), "initial": dec.get("initial"),
-                 "log_rows": len(log_rows), "timeline": bool(line)}
+                 "log_rows": len(log_rows), "timeline": bool(line),
+                 "link": (timeline[0].get("link"), timeline[0].get("dir")) if timeline else None}
     phases = dec.get("phases") or {}
     if not phases.get("sweep"):
         out["hindsight"] = {"error": "no sweep phase (partitioner.params.sweep_s is 0)"}

@@ -40,6 +40,8 @@ def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
             and t0 <= float(r["t_unix"]) <= t1 and _num(r.get("e2e_ms")) is not None]
     events = read_csv(run_dir / ADAPTIVE_FILE) if (run_dir / ADAPTIVE_FILE).exists() else []
     link = read_csv(run_dir / LINK_FILE) if (run_dir / LINK_FILE).exists() else []
+    if block.get("link") and link and "link" in link[0]:  # the edge's egress only
+        link = [e for e in link if [e.get("link"), e.get("dir")] == list(block["link"])]
     if not rows:
         return None
     import matplotlib

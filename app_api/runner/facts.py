@@ -7,7 +7,7 @@ these and passes them in, so the observer knows nothing of the lab.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -31,6 +31,9 @@ class LabFacts:
         default_factory=lambda: MappingProxyType({})
     )
     lab_check: Mapping[str, Any] | None = None
+    #: ``(t0, t1) -> rows``: the lab links' configured state over that wall-clock span
+    #: (:func:`app_api.runner.network.lab_timeline`), None off the lab
+    timeline: Callable[[float, float], list[dict]] | None = None
 
     def cpu_quota(self, device: str) -> dict | None:
         """The lab's CPU quota on ``device`` (a fresh dict), or None when it has none."""

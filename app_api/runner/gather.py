@@ -108,10 +108,26 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
     adaptive = score_adaptive(state, summary, w.dir, w.rows)
     if adaptive is not None:
         summary["adaptive"] = adaptive
+    add_budget(state, summary, w.dir, w.rows)
     if write_summary(w, summary):
         draw_plots(summary, w.dir)
     return RunResult(run_dir=w.dir, summary=summary, ok=ok and summary["status"] == "ok",
                      errors=list(state.errors))
+
+
+def add_budget(state: RunState, summary: dict, run_dir: Path, rows: list[dict]) -> None:
+    """``latency_budget`` (do the parts add up to e2e?) and ``warmup`` (what was not
+    recorded) into the summary; a budget that cannot be read is a warning."""
+    from app_api.results.budget import run_budget, warmup_count
+
+    rounds = int((state.manifest.run or {}).get("warmup", 2) or 0)
+    configs = len((summary.get("pipeline") or {}).get("configs") or [])
+    summary["warmup"] = warmup_count(rounds, len(summary.get("splits") or []), configs)
+    try:
+        summary["latency_budget"] = run_budget(run_dir, rows)
+    except Exception as exc:  # the run's own results first
+        log.warning("latency budget not read: %s", exc)
+        summary.setdefault("warnings", []).append(f"latency budget not read: {exc}")
 
 
 def run_transport(state: RunState, rows: list[dict]) -> str | None:
@@ -203,17 +219,39 @@ def score_adaptive(state: RunState, summary: dict, run_dir: Path,
     try:
         return adaptive_summary(summary, rows, run_dir,
                                 (state.manifest.evaluate or {}).get("hindsight"),
-                                link_timeline_of(state))
+                                link_timeline_of(state, run_dir, rows))
     except Exception as exc:  # scoring must never lose the run's own results
         log.warning("adaptive scoring failed: %s", exc)
         summary.setdefault("warnings", []).append(f"adaptive scoring failed: {exc}")
         return None
 
 
-def link_timeline_of(state: RunState) -> list[dict] | None:
-    """The lab link's timeline over the run (configured rate against wall time), or None
-    where the run's link has none."""
-    return None
+def link_timeline_of(state: RunState, run_dir: Path, rows: list[dict]) -> list[dict] | None:
+    """The edge's lab link over the run (its egress: configured rate against wall time,
+    and the trace's clock), or None off the lab. Every link's rows go to ``link.csv``."""
+    times = [float(r["t_unix"]) for r in rows if r.get("t_unix") not in (None, "")]
+    if state.facts.timeline is None or not times:
+        return None
+    try:
+        entries = state.facts.timeline(min(times) - 1.0, max(times) + 1.0)
+    except Exception as exc:  # the run's own results first: scored without the link
+        log.warning("link timeline not read: %s", exc)
+        return None
+    if not entries:
+        return None
+    from app_api.results.adaptive import write_link_csv
+
+    write_link_csv(run_dir, entries)
+    head = next((i for i in state.manifest.participant_instances
+                 if i.get("name") == (summary_head(state) or "")), None)
+    device = (head or {}).get("device")
+    mine = [e for e in entries if e.get("link") == device and e.get("dir") == "up"]
+    return mine or None
+
+
+def summary_head(state: RunState) -> str | None:
+    """The instance whose partitioner decided (the head), if any."""
+    return next((i for i, p in state.partitioners.items() if p), None)
 
 
 def score_partitioners(state: RunState, summary: dict, run_dir: Path,

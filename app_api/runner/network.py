@@ -150,7 +150,28 @@ def lab_facts(manifest: Any, link: dict | None = None) -> LabFacts:
     if link is None and devices & set(report.get("hosts") or []):
         link = report
     quotas = {dev: q for dev in devices if (q := _cpu_quota(report, dev))}
-    return LabFacts(link=link, cpu_quotas=quotas, lab_check=checked)
+    return LabFacts(link=link, cpu_quotas=quotas, lab_check=checked, timeline=lab_timeline)
+
+
+def lab_timeline(t0: float, t1: float) -> list[dict]:
+    """The lab links' configured state from ``t0`` to ``t1`` (wall times;
+    :func:`app_api.lab.timeline.link_timeline`), each row of a trace-driven link with the
+    trace's clock: ``trace_t0`` (the wall time the trace started) and ``period_s``, which
+    an adaptive run's scoring lines its phases up by (:mod:`app_api.results.hindsight`)."""
+    from app_api.lab import timeline, trace
+
+    clocks: dict[tuple, dict] = {}
+    for row in timeline.read_timeline():  # the raw rows keep the emulator's epoch
+        if row["t"] <= t1 and row.get("trace") and row.get("epoch") is not None:
+            try:
+                period = trace.schedule(row.get("rate_Bps") or 1e6, row["trace"]).period
+            except Exception as exc:  # a trace file gone since: no clock, rates still shown
+                log.info("no period for trace %s: %s", row["trace"], exc)
+                continue
+            clocks[(row.get("link"), row.get("dir"))] = {"trace_t0": float(row["epoch"]),
+                                                         "period_s": period}
+    return [{**r, **clocks.get((r.get("link"), r.get("dir")), {})}
+            for r in timeline.link_timeline(t0, t1)]
 
 
 def lab_quota(device: str) -> dict | None:

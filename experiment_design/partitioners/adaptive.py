@@ -11,7 +11,11 @@ predicted-argmin reads, CPU quota models included; see
 estimate of B. The estimate is online (:class:`~experiment_design.partitioners.bandwidth.
 BandwidthEstimate`): each inference's bytes and wire time, and, when the current split
 sends too little to learn the link from (all on the edge, or a few KB), a short probe of
-the data channel every ``probe_every_s`` seconds. ``fixed`` is corrected by what the
+the data channel every ``probe_every_s`` seconds. An inference's transfer also pays a
+per-message overhead beyond its bytes and one round trip (the reply, both ends' work; 4-9
+ms on the lab's paced edge): every ``calibrate_every_s`` a probe's rate calibrates it
+from the next inference, and the estimate takes it off each sample (without it, a split
+sending 36 KB read the link at half its rate). ``fixed`` is corrected by what the
 inferences measured: a split seen ``learn_after`` times uses the median of its last
 measured ``e2e - transfer``; the others are scaled by the median measured/predicted
 ratio of the seen ones.
@@ -35,15 +39,15 @@ the probes, and a log with one row per adaptive inference and probe (``log``: th
 
 from __future__ import annotations
 
+import copy
 import difflib
-import math
 import statistics
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.params import Param, problems
 from experiment_design.partitioners.bandwidth import BandwidthEstimate, LinkSample
 from experiment_design.partitioners.base import (
     PartitionContext,
@@ -52,73 +56,46 @@ from experiment_design.partitioners.base import (
 )
 from experiment_design.partitioners.predicted import PredictedArgmin, crossing_bytes, link
 
-
-@dataclass(frozen=True)
-class Param:
-    """One declared parameter: its type, default, closed range and what it does."""
-
-    kind: type
-    default: Any
-    lo: float | None = None
-    hi: float | None = None
-    doc: str = ""
-    optional: bool = False  # None is allowed (and means: not set)
-
-    def check(self, name: str, value: Any) -> Any:
-        """``value`` converted to the declared type; TracrError (with a hint) otherwise."""
-        if value is None and self.optional:
-            return None
-        hint = f"{name}: {self.doc} ({self.kind.__name__}"
-        hint += f" in [{self.lo}, {self.hi}]" if self.lo is not None else ""
-        hint += f", default {self.default})"
-        if isinstance(value, bool) and self.kind is not bool:
-            raise TracrError(f"adaptive: {name} must be a {self.kind.__name__}, got {value!r}",
-                             hint=hint)
-        try:
-            v = self.kind(value)
-        except (TypeError, ValueError):
-            raise TracrError(f"adaptive: {name} must be a {self.kind.__name__}, got {value!r}",
-                             hint=hint) from None
-        if self.kind is int and v != value:
-            raise TracrError(f"adaptive: {name} must be a whole number, got {value!r}",
-                             hint=hint)
-        if isinstance(v, float) and not math.isfinite(v):
-            raise TracrError(f"adaptive: {name} must be finite, got {value!r}", hint=hint)
-        if self.lo is not None and not (self.lo <= v <= self.hi):
-            raise TracrError(f"adaptive: {name}={value!r} is out of range "
-                             f"[{self.lo}, {self.hi}]", hint=hint)
-        return v
-
-
-#: the adaptive partitioner's parameters (``splits`` and ``predictor`` are checked apart)
+#: the adaptive partitioner's parameters (types, ranges, defaults: experiment_design.params)
 PARAMS: dict[str, Param] = {
-    "margin": Param(float, 0.10, 0.0, 0.9, "switch only when the best split is predicted "
-                    "at least this fraction faster than the current one"),
-    "confirm": Param(int, 3, 1, 1000, "consecutive estimates that must agree before a switch"),
-    "dwell_s": Param(float, 2.0, 0.0, 3600.0, "minimum seconds between two switches"),
-    "window_s": Param(float, 2.0, 0.01, 3600.0, "seconds of samples in the rate estimate"),
-    "window_n": Param(int, 8, 1, 10000, "at most this many samples in the rate estimate"),
-    "min_bytes": Param(int, 16384, 1, 1 << 30, "an inference sending fewer bytes does not "
-                       "teach the rate"),
-    "probe_every_s": Param(float, 3.0, 0.0, 3600.0, "probe the link when no informative "
-                           "sample came for this long (0: never probe)"),
-    "probe_bytes": Param(int, 65536, 1024, 64 << 20, "bytes one probe sends"),
-    "learn_after": Param(int, 3, 1, 1000, "measured inferences of a split before its own "
-                         "median replaces the predicted fixed part"),
-    "span": Param(float, 30.0, 1.0, 1e6, "splits=auto keeps the splits predicted best at "
-                  "some rate between the probed rate / span and the probed rate * span"),
-    "sweep_s": Param(float, 0.0, 0.0, 86400.0, "seconds of the hindsight sweep (candidate "
-                     "splits in turn) before adapting; 0: none"),
-    "sweep_block": Param(int, 3, 1, 1000, "consecutive sweep inferences at one split before "
-                         "the next (switching splits every inference runs colder code)"),
-    "adapt_s": Param(float, 0.0, 0.0, 86400.0, "seconds of the adaptive phase; 0: until "
-                     "the task's count"),
-    "bandwidth_Bps": Param(float, None, 1.0, 1e13, "what-if start-up rate instead of the "
-                           "probed one", optional=True),
-    "rtt_ms": Param(float, None, 0.0, 1e5, "what-if round trip instead of the probed one",
-                    optional=True),
+    "margin": Param("number", default=0.10, min=0.0, max=0.9, doc="switch only when the best "
+                    "split is predicted at least this fraction faster than the current one"),
+    "confirm": Param("int", default=3, min=1, max=1000,
+                     doc="consecutive estimates that must agree before a switch"),
+    "dwell_s": Param("number", default=2.0, min=0.0, max=3600.0,
+                     doc="minimum seconds between two switches"),
+    "window_s": Param("number", default=2.0, min=0.01, max=3600.0,
+                      doc="seconds of samples in the rate estimate"),
+    "window_n": Param("int", default=8, min=1, max=10000,
+                      doc="at most this many samples in the rate estimate"),
+    "min_bytes": Param("int", default=16384, min=1, max=1 << 30,
+                       doc="an inference sending fewer bytes does not teach the rate"),
+    "probe_every_s": Param("number", default=3.0, min=0.0, max=3600.0, doc="probe the link "
+                           "when no informative sample came for this long (0: never probe)"),
+    "probe_bytes": Param("int", default=65536, min=1024, max=64 << 20,
+                         doc="bytes one probe sends"),
+    "calibrate_every_s": Param("number", default=10.0, min=0.0, max=3600.0, doc="probe at "
+                               "least this often to calibrate an inference's per-message "
+                               "overhead against the probed rate (0: never)"),
+    "learn_after": Param("int", default=3, min=1, max=1000, doc="measured inferences of a "
+                         "split before its own median replaces the predicted fixed part"),
+    "span": Param("number", default=30.0, min=1.0, max=1e6, doc="splits=auto keeps the splits "
+                  "predicted best at some rate within the probed rate / span .. * span"),
+    "sweep_s": Param("number", default=0.0, min=0.0, max=86400.0, doc="seconds of the "
+                     "hindsight sweep (candidate splits in turn) before adapting; 0: none"),
+    "sweep_block": Param("int", default=3, min=1, max=1000, doc="consecutive sweep inferences "
+                         "at one split before the next (switching every inference runs colder "
+                         "code)"),
+    "adapt_s": Param("number", default=0.0, min=0.0, max=86400.0,
+                     doc="seconds of the adaptive phase; 0: until the task's count"),
+    "bandwidth_Bps": Param("number", default=None, min=1.0, nullable=True,
+                           doc="what-if start-up rate instead of the probed one"),
+    "rtt_ms": Param("number", default=None, min=0.0, nullable=True,
+                    doc="what-if round trip instead of the probed one"),
+    "splits": Param("any", default="auto", doc="'auto' or a list of split indices"),
+    "predictor": Param("map", default={}, doc="params of the predicted-argmin model of the "
+                       "edge and cloud parts (e.g. {cold: false})"),
 }
-OTHER_PARAMS = ("splits", "predictor")
 LOG_LIMIT = 20000  # log rows kept (an hour at 5 inferences/s); the counts keep going
 
 
@@ -126,7 +103,7 @@ LOG_LIMIT = 20000  # log rows kept (an hour at 5 inferences/s); the counts keep 
 class Adaptive(Partitioner):
     """Online split choice with hysteresis (see the module doc for the model).
 
-    Params (all optional; ``PARAMS`` holds types, ranges and defaults): ``margin``,
+    Params (all optional; :data:`PARAMS` holds types, ranges and defaults): ``margin``,
     ``confirm``, ``dwell_s`` (hysteresis); ``window_s``, ``window_n``, ``min_bytes``
     (the rate estimate); ``probe_every_s``, ``probe_bytes`` (probes); ``learn_after``;
     ``splits`` (``auto``: those predicted best somewhere in ``span``; or a list);
@@ -137,30 +114,29 @@ class Adaptive(Partitioner):
 
     needs = frozenset({"edge_profile", "cloud_profile", "network"})
 
+    PARAMS = PARAMS
+
     def __init__(self, **params: Any) -> None:
-        unknown = sorted(set(params) - set(PARAMS) - set(OTHER_PARAMS))
+        unknown = sorted(set(params) - set(PARAMS))
         if unknown:
-            close = difflib.get_close_matches(unknown[0], [*PARAMS, *OTHER_PARAMS], n=1)
+            close = difflib.get_close_matches(unknown[0], list(PARAMS), n=1)
             raise TracrError(f"adaptive: unknown parameter(s) {unknown}.",
                              hint=(f"Did you mean {close[0]!r}? " if close else "")
-                             + f"The valid options are {sorted([*PARAMS, *OTHER_PARAMS])}.")
-        values = {k: p.check(k, params.get(k, p.default)) if k in params else p.default
-                  for k, p in PARAMS.items()}
+                             + f"The valid options are {sorted(PARAMS)}.")
+        for name, problem in problems(type(self), params):
+            raise TracrError(f"adaptive: {name} {problem}",
+                             hint=f"{name}: {PARAMS[name].describe()}")
+        values = {k: params.get(k, copy.deepcopy(p.default)) for k, p in PARAMS.items()}
         if values["probe_every_s"] and values["probe_bytes"] < values["min_bytes"]:
             raise TracrError(f"adaptive: probe_bytes ({values['probe_bytes']}) is below "
                              f"min_bytes ({values['min_bytes']}): a probe would teach nothing",
                              hint="raise probe_bytes or lower min_bytes")
-        splits = params.get("splits", "auto")
+        splits = values["splits"]
         if splits != "auto" and not (isinstance(splits, list) and splits and all(
                 isinstance(k, int) and not isinstance(k, bool) for k in splits)):
             raise TracrError(f"adaptive: splits must be 'auto' or a list of split indices, "
                              f"got {splits!r}", hint="e.g. splits: [0, 5, 13, 21]")
-        predictor = params.get("predictor") or {}
-        if not isinstance(predictor, Mapping):
-            raise TracrError(f"adaptive: predictor must be a mapping of predicted-argmin "
-                             f"params, got {predictor!r}", hint="e.g. predictor: {cold: false}")
-        super().__init__(**{k: v for k, v in values.items() if v is not None},
-                         splits=splits, predictor=dict(predictor))
+        super().__init__(**{k: v for k, v in values.items() if v is not None})
         self.p = values
         self.k: int | None = None
         self.candidates: list[int] = []
@@ -176,6 +152,12 @@ class Adaptive(Partitioner):
         self._last_inference: int | None = None
         self._done = False
         self._seen: dict[int, deque[float]] = {}
+        #: an inference's transfer time beyond its bytes at the probed rate and one round
+        #: trip (the reply, both ends' per-message work), one figure per calibration
+        self._overhead: deque[float] = deque(maxlen=9)
+        self._probe_rate: float | None = None
+        self._last_probe: float | None = None
+        self._calibrate_next = False
         self._decision: dict = {}
 
     # -- set-up ------------------------------------------------------------------------------
@@ -229,9 +211,15 @@ class Adaptive(Partitioner):
                   if len(v) >= self.p["learn_after"] and self.fixed[j] > 0]
         return self.fixed[k] * (statistics.median(ratios) if ratios else 1.0)
 
+    def overhead_ms(self) -> float:
+        """The calibrated per-message overhead of an inference's transfer (0 before any)."""
+        return max(0.0, statistics.median(self._overhead)) if self._overhead else 0.0
+
     def predict(self, bw_Bps: float) -> dict[int, float]:
-        """Predicted e2e ms of every candidate at ``bw_Bps``."""
-        return {k: self.fixed_ms(k) + self.cross[k] / bw_Bps * 1e3 + self.rtt_ms
+        """Predicted e2e ms of every candidate at ``bw_Bps`` (the overhead is the same for
+        every split: it moves the figures, not the argmin)."""
+        extra = self.rtt_ms + self.overhead_ms()
+        return {k: self.fixed_ms(k) + self.cross[k] / bw_Bps * 1e3 + extra
                 for k in self.candidates}
 
     def argmin(self, bw_Bps: float) -> int:
@@ -283,18 +271,33 @@ class Adaptive(Partitioner):
         if transfer is not None and split in self.fixed:
             self._seen.setdefault(split, deque(maxlen=5)).append(
                 max(0.0, float(row["e2e_ms"]) - float(transfer)))
+        nbytes = int(row.get("bytes_encoded") or 0)
+        if (transfer is not None and self._calibrate_next and self._probe_rate
+                and nbytes >= self.p["min_bytes"]):
+            # the first inference after a probe: what its transfer took beyond its bytes
+            # at the probed rate is overhead, not link
+            # (unclamped: the rate moves between the probe and the inference either way,
+            # and the median of many is clamped instead)
+            self._overhead.append(float(transfer) - self.rtt_ms
+                                  - nbytes / self._probe_rate * 1e3)
+            self._calibrate_next = False
         used = transfer is not None and self.estimate.add(
-            LinkSample(now, int(row.get("bytes_encoded") or 0), float(transfer)))
+            LinkSample(now, nbytes, float(transfer),
+                       overhead_ms=self.rtt_ms + self.overhead_ms()))
         self._consider(now, "inference" if used else "inference (too few bytes: no sample)",
                        e2e_ms=float(row["e2e_ms"]))
 
     def link_probe(self) -> int | None:
         """Bytes to probe the link with now (the head probes, then calls
         :meth:`observe_probe`), or None: only in the adaptive phase, when the newest
-        informative sample is ``probe_every_s`` old (or there is none yet)."""
-        if self.phase != "adaptive" or not self.p["probe_every_s"] or self._now is None:
+        informative sample is ``probe_every_s`` old (or there is none yet), or the last
+        probe is ``calibrate_every_s`` old."""
+        if self.phase != "adaptive" or self._now is None:
             return None
-        if self.estimate.age_s(self._now) >= self.p["probe_every_s"]:
+        every, calib = self.p["probe_every_s"], self.p["calibrate_every_s"]
+        if every and self.estimate.age_s(self._now) >= every:
+            return int(self.p["probe_bytes"])
+        if calib and (self._last_probe is None or self._now - self._last_probe >= calib):
             return int(self.p["probe_bytes"])
         return None
 
@@ -303,7 +306,10 @@ class Adaptive(Partitioner):
         self.probes["count"] += 1
         self.probes["ms"] += float(sample.ms)
         self._now = sample.t if self._now is None else max(self._now, sample.t)
-        self.estimate.add(sample)
+        self._last_probe = sample.t
+        if self.estimate.add(sample):
+            self._probe_rate = sample.goodput_Bps(self.rtt_ms)
+            self._calibrate_next = True
         self._consider(self._now, "probe")
 
     def _consider(self, now: float, source: str, e2e_ms: float | None = None) -> None:
@@ -354,4 +360,5 @@ class Adaptive(Partitioner):
                 "phases": self.phases, "estimate_Bps": bw, "rtt_ms": self.rtt_ms,
                 "predicted": self.predict(bw), "chosen_ms": self.predict(bw)[self.k],
                 "switches": self.switches, "probes": dict(self.probes),
+                "overhead_ms": self.overhead_ms(), "overhead_samples": len(self._overhead),
                 **self._decision, "log": self.log}

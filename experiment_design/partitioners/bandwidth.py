@@ -6,6 +6,11 @@ compute, encode and decode) is one sample of the link; so is a short probe of th
 channel. A sample's goodput is its bytes over its time less one round trip (the
 request's first byte and the reply's last one cost a round trip whatever the size).
 
+An inference's wire time carries more than one round trip: the reply with the output,
+both ends' per-message work (on a CPU-limited edge, several ms); a sample says what of
+its time is such overhead (``overhead_ms``), which the adaptive policy calibrates against
+probes.
+
 The estimate is the *harmonic* mean of the goodputs in a sliding window, weighted by
 bytes: ``sum(bytes) / sum(ms - rtt)``. That is the rate at which the window's bytes
 actually moved, and unlike an arithmetic mean one lucky fast sample does not dominate
@@ -38,10 +43,17 @@ class LinkSample:
     nbytes: int
     ms: float
     source: str = "inference"
+    #: what of ``ms`` is not the bytes' time (None: the estimate's round trip)
+    overhead_ms: float | None = None
+
+    def wire_ms(self, rtt_ms: float) -> float:
+        """The bytes' own time: ``ms`` less its overhead (else ``rtt_ms``)."""
+        off = rtt_ms if self.overhead_ms is None else self.overhead_ms
+        return max(self.ms - off, MIN_WIRE_MS)
 
     def goodput_Bps(self, rtt_ms: float) -> float:
-        """Bytes per second over the sample's time less one round trip."""
-        return self.nbytes / max(self.ms - rtt_ms, MIN_WIRE_MS) * 1000.0
+        """Bytes per second over the sample's wire time (:meth:`wire_ms`)."""
+        return self.nbytes / self.wire_ms(rtt_ms) * 1000.0
 
 
 class BandwidthEstimate:
@@ -88,7 +100,7 @@ class BandwidthEstimate:
         if not self.samples:
             return self.initial_Bps
         nbytes = sum(s.nbytes for s in self.samples)
-        ms = sum(max(s.ms - self.rtt_ms, MIN_WIRE_MS) for s in self.samples)
+        ms = sum(s.wire_ms(self.rtt_ms) for s in self.samples)
         return nbytes / ms * 1000.0
 
     def age_s(self, now: float) -> float:

@@ -47,3 +47,44 @@ def test_adaptive_alexnet_runs_on_localhost_and_scores_itself(tmp_path):
     assert block["best_fixed"] in block["candidates"]
     assert (run / "plots" / "adaptive.png").stat().st_size > 10_000
     json.dumps(result.summary)
+
+
+@pytest.mark.lab
+@pytest.mark.ssh
+@pytest.mark.timeout(180)
+def test_adaptive_alexnet_on_a_trace_driven_lab_link(cfg):
+    """adaptive-alexnet shortened to 20 s + 20 s on the shipped step trace (10 s period):
+    the run reads the link's timeline, writes link.csv and lines its phases up by the
+    trace's own clock. Brings a lab up and down itself (under the caller's lab lock)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+
+    def tracr(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True,
+                              text=True, timeout=timeout, cwd=root, env=dict(os.environ))
+
+    if subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip():
+        pytest.skip("network namespaces already exist on this machine")
+    up = tracr("lab", "up", "--hosts", "2", "--bandwidth", "8MB/s", "--trace", "step",
+               "--cpu-quota", "lab-1=0.25", "--cpu-mode", "duty")
+    assert up.returncode == 0, up.stderr
+    try:
+        out = cfg / "run"
+        run = tracr("experiment", "run", "adaptive-alexnet", "--no-progress", "--out", str(out),
+                    "--set", "partitioner.params.sweep_s=20",
+                    "--set", "partitioner.params.adapt_s=20", timeout=150)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        summary = json.loads((out / "summary.json").read_text())
+        block = summary["adaptive"]
+        assert block["timeline"] and (out / "link.csv").exists()
+        assert block["hindsight"]["aligned_by"].startswith("the link trace")
+        assert block["hindsight"]["period_s"] == pytest.approx(10.0)
+        assert block["hindsight"]["intervals_scored"] >= 1
+        assert (out / "plots" / "adaptive.png").exists()
+    finally:
+        down = tracr("lab", "down")
+        assert down.returncode == 0, down.stderr

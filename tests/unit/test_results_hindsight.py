@@ -127,3 +127,21 @@ def test_summary_block_writes_adaptive_csv_and_the_plot(tmp_path):
 def test_no_adaptive_partitioner_no_block(tmp_path):
     assert adaptive_summary({"partitioner": {"edge-1": {"decision": {"name": "cyclic"}}}},
                             [], tmp_path) is None
+
+
+def test_results_show_prints_the_two_ratios(capsys):
+    from app_api.cli.results import print_summary
+    from app_api.results import build_summary
+
+    sweep = rows_between(T0, T0 + 40.0, lambda i, t: (0, 2)[i % 2])
+    adapt = rows_between(T0 + 40.0, T0 + 60.0, lambda i, t: 0 if fast(t) else 2)
+    summary = build_summary([{**r, "inference": i} for i, r in enumerate(sweep + adapt)],
+                            experiment="adaptive-test", run_id="r1")
+    summary["partitioner"] = {"edge-1": {"decision": {
+        "name": "adaptive", "candidates": [0, 2], "switches": [], "probes": {"count": 2},
+        "phases": {"sweep": [T0, T0 + 40.0], "adaptive": [T0 + 40.0, T0 + 60.0]}}}}
+    summary["adaptive"] = adaptive_summary(summary, sweep + adapt, None, {"interval_s": 10})
+    print_summary(summary, "r")
+    out = capsys.readouterr().out
+    assert "adaptive_over_hindsight 0.999" in out and "adaptive_over_best_fixed 0.749" in out
+    assert "best fixed split 2" in out and "2 probes" in out
