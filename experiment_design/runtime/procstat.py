@@ -1,0 +1,166 @@
+"""What a participant reads about its own process and machine, from /proc and sysfs.
+
+Every reader takes the file-system ``root`` (tests pass a fake tree) and answers None
+where its source is missing, so the sampler can say which source each figure came from
+(``/proc``, ``psutil``, ``sysfs``, ``cpuinfo``) or that it had none. Nothing here
+imports beyond the standard library: psutil is used only when /proc cannot be read (a
+device that is not Linux) and only if installed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def memory_kb(root: Path = Path("/")) -> tuple[int | None, int | None, str]:
+    """``(VmRSS, VmHWM, source)`` of this process in kB: /proc/self/status, else psutil's
+    RSS (no high-water mark there), else ``(None, None, "none")``."""
+    try:
+        text = (root / "proc/self/status").read_text()
+    except OSError:
+        try:
+            import psutil
+        except ImportError:
+            return None, None, "none"
+        return psutil.Process().memory_info().rss // 1024, None, "psutil"
+    rss = hwm = None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+        elif line.startswith("VmHWM:"):
+            hwm = int(line.split()[1])
+    return rss, hwm, "/proc"
+
+
+def reset_peak(root: Path = Path("/")) -> bool:
+    """Reset this process's RSS high-water mark (``5`` into /proc/self/clear_refs), so the
+    next VmHWM is the peak since now; False where the kernel does not allow it."""
+    try:
+        with open(root / "proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (all its threads), in seconds."""
+    t = os.times()
+    return t.user + t.system
+
+
+def _cgroup_dirs(root: Path) -> list[Path]:
+    """This process's cpu cgroup directories, from its leaf up to the hierarchy's root."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    out: list[Path] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        if ctrls == "":
+            bases = [root / "sys/fs/cgroup", root / "sys/fs/cgroup/unified"]
+        elif "cpu" in ctrls.split(","):
+            bases = [root / "sys/fs/cgroup" / ctrls, root / "sys/fs/cgroup/cpu",
+                     root / "sys/fs/cgroup/cpu,cpuacct"]
+        else:
+            continue
+        for base in bases:
+            if not (base / "cpu.stat").exists():
+                continue
+            rel = Path(path.strip("/"))
+            while True:
+                d = base / rel
+                if (d / "cpu.stat").exists():
+                    out.append(d)
+                if rel == Path("."):
+                    break
+                rel = rel.parent
+            break
+    return out
+
+
+def _has_quota(d: Path) -> bool:
+    try:
+        if (d / "cpu.max").exists():
+            return (d / "cpu.max").read_text().split()[0] != "max"
+        if (d / "cpu.cfs_quota_us").exists():
+            return int((d / "cpu.cfs_quota_us").read_text()) > 0
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def throttle_file(root: Path = Path("/")) -> Path | None:
+    """The ``cpu.stat`` whose throttling limits this process: the nearest cgroup on its
+    path with a CFS quota, else its own; None without a readable cpu cgroup."""
+    dirs = _cgroup_dirs(root)
+    if not dirs:
+        return None
+    limited = [d for d in dirs if _has_quota(d)]
+    return (limited[0] if limited else dirs[0]) / "cpu.stat"
+
+
+def throttled(path: Path | None) -> tuple[int | None, float | None]:
+    """``(nr_throttled, throttled microseconds)`` from a cgroup v2 or v1 ``cpu.stat``."""
+    if path is None:
+        return None, None
+    try:
+        fields = dict(line.split() for line in path.read_text().splitlines() if line.strip())
+    except (OSError, ValueError):
+        return None, None
+    n = int(fields["nr_throttled"]) if "nr_throttled" in fields else None
+    if "throttled_usec" in fields:  # v2
+        return n, float(fields["throttled_usec"])
+    if "throttled_time" in fields:  # v1: nanoseconds
+        return n, int(fields["throttled_time"]) / 1e3
+    return n, None
+
+
+@dataclass
+class FrequencySource:
+    """Where CPU frequencies are read: per-CPU ``scaling_cur_freq`` (kHz) in sysfs, else
+    the ``cpu MHz`` lines of /proc/cpuinfo (often a nominal figure in a VM)."""
+
+    files: list[Path]
+    cpuinfo: Path | None
+
+    @property
+    def name(self) -> str:
+        """``sysfs``, ``cpuinfo`` or ``none``."""
+        return "sysfs" if self.files else ("cpuinfo" if self.cpuinfo else "none")
+
+    def mhz(self) -> float | None:
+        """Mean frequency of this process's CPUs now, in MHz."""
+        vals: list[float] = []
+        if self.files:
+            for f in self.files:
+                try:
+                    vals.append(int(f.read_text()) / 1e3)
+                except (OSError, ValueError):
+                    pass
+        elif self.cpuinfo is not None:
+            try:
+                for line in self.cpuinfo.read_text().splitlines():
+                    if line.startswith("cpu MHz"):
+                        vals.append(float(line.split(":")[1]))
+            except (OSError, ValueError):
+                pass
+        return sum(vals) / len(vals) if vals else None
+
+
+def frequency_source(root: Path = Path("/")) -> FrequencySource:
+    """The frequency files of the CPUs this process may run on."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    files = [root / f"sys/devices/system/cpu/cpu{c}/cpufreq/scaling_cur_freq" for c in cpus]
+    files = [f for f in files if f.exists()]
+    cpuinfo = root / "proc/cpuinfo"
+    return FrequencySource(files, cpuinfo if cpuinfo.exists() else None)

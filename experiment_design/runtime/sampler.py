@@ -1,0 +1,238 @@
+"""The participant's metrics sampler: memory, CPU, throttling, frequency and energy.
+
+One daemon thread per participant wakes every ``interval_s`` (50 ms by default) and
+appends one sample: RSS and its peak since the previous sample, process CPU seconds,
+the cgroup's throttled periods and time, the CPUs' mean frequency, CUDA's peak
+allocated bytes since the previous sample (a CUDA model only) and one reading of every
+supported energy collector. It never runs on the inference thread: its cost to the
+timed path is what its wake-ups take from the CPU, which ``tracr bench overhead``
+measures (``sampling_overhead_ratio``).
+
+Peaks between samples: where the kernel allows it the sampler resets the RSS high-water
+mark after each read (``/proc/self/clear_refs``), so a sample's ``hwm_kb`` is the exact
+peak over its interval and no spike between two reads is missed (``peak_method``
+``"VmHWM reset per sample"``); elsewhere ``hwm_kb`` is the process's peak so far and
+a window's peak is the largest RSS sampled in it (``"sampled VmRSS"``).
+
+At set-up and at the end of every task the participant times a short reference
+workload (:func:`reference_ms`, off the timed path): the same work at the start and
+the end of a run, so a reader sees whether the machine itself sped up or slowed down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from experiment_design.energy import DEFAULT_COLLECTORS, EnergyCollector, create_energy
+from experiment_design.runtime import procstat
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 0.05
+#: samples kept between two polls (a minute at 50 ms); older ones are dropped and counted
+MAX_PENDING = 1200
+#: the reference workload: matrix products of this size, timed this many times
+REFERENCE_N = 256
+REFERENCE_REPEATS = 15
+
+
+def energy_collectors(spec: Any, root: Path | None = None) -> dict[str, EnergyCollector]:
+    """Collectors named by ``settings.energy``: a list of names, a mapping name -> params,
+    ``"none"``, or None for :data:`~experiment_design.energy.DEFAULT_COLLECTORS`."""
+    if spec in ("none", False):
+        return {}
+    if spec is None:
+        spec = list(DEFAULT_COLLECTORS)
+    if isinstance(spec, str):
+        spec = [spec]
+    items = spec.items() if isinstance(spec, dict) else ((name, {}) for name in spec)
+    return {name: create_energy(name, root, **(params or {})) for name, params in items}
+
+
+def reference_ms() -> float:
+    """Median ms of one fixed piece of work (a 256x256 float32 matrix product on the CPU,
+    the participant's torch threads): the machine's own speed, comparable across a run."""
+    import torch
+
+    a = torch.ones(REFERENCE_N, REFERENCE_N)
+    times = []
+    with torch.no_grad():
+        torch.mm(a, a)
+        for _ in range(REFERENCE_REPEATS):
+            t0 = time.perf_counter_ns()
+            torch.mm(a, a)
+            times.append((time.perf_counter_ns() - t0) / 1e6)
+    return statistics.median(times)
+
+
+class Sampler:
+    """Samples this process every ``interval_s`` in a thread; :meth:`drain` hands them over.
+
+    ``collectors`` are energy collectors by name; each is probed once at start and only
+    the supported ones are read. ``cuda`` names the CUDA device whose peak allocation is
+    sampled (None: the model is not on a GPU).
+    """
+
+    def __init__(self, interval_s: float = INTERVAL_S,
+                 collectors: dict[str, EnergyCollector] | None = None,
+                 root: Path | None = None, cuda: Any = None) -> None:
+        self.interval_s = float(interval_s)
+        self.root = root if root is not None else Path("/")
+        self.collectors = dict(collectors or {})
+        self.cuda = cuda
+        self.probes: dict[str, dict] = {}
+        self.live: dict[str, EnergyCollector] = {}
+        self.references: list[dict] = []
+        self.dropped = 0
+        self._pending: deque[dict] = deque()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._throttle = procstat.throttle_file(self.root)
+        self._freq = procstat.frequency_source(self.root)
+        self._resets = procstat.reset_peak(self.root)
+        self._mem_source = procstat.memory_kb(self.root)[2]
+        self._ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+        self._last_cpu: tuple[float, float] | None = None
+        self._changed = True
+
+    # ----- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> Sampler:
+        """Probe the collectors and start the thread."""
+        for name, c in self.collectors.items():
+            try:
+                p = c.probe()
+            except Exception as exc:  # a user's collector: its failure is its reason
+                from experiment_design.energy import Probe
+
+                p = Probe(False, f"probe failed: {type(exc).__name__}: {exc}")
+            self.probes[name] = {**c.info(), **p.to_dict()}
+            if p.supported:
+                self.live[name] = c
+        self._running.set()
+        self._thread = threading.Thread(target=self._loop, name="metrics-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread (bounded) and release the collectors."""
+        self._stop.set()
+        self._running.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        for c in self.collectors.values():
+            c.close()
+
+    def pause(self) -> None:
+        """Stop sampling until :meth:`resume` (the thread sleeps without waking)."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Sample again."""
+        self._running.set()
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            if not self._running.is_set():
+                self._running.wait()
+                next_t = time.monotonic()
+                continue
+            try:
+                self.sample()
+            except Exception as exc:  # a sample lost is counted, the thread goes on
+                self.dropped += 1
+                log.debug("metrics sample failed: %s", exc)
+            next_t += self.interval_s
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (a stopped or throttled process): no burst to catch up
+                next_t, delay = time.monotonic(), 0.0
+            self._stop.wait(delay)
+
+    # ----- one sample ---------------------------------------------------------------------------
+    def sample(self) -> dict:
+        """Read everything once and queue the sample."""
+        t = time.time()
+        rss, hwm, _ = procstat.memory_kb(self.root)
+        if self._resets:
+            self._resets = procstat.reset_peak(self.root)
+        cpu = procstat.cpu_seconds()
+        share = 0.0
+        if self._last_cpu is not None and t > self._last_cpu[0]:
+            share = (cpu - self._last_cpu[1]) / (t - self._last_cpu[0]) / self._ncpu
+        self._last_cpu = (t, cpu)
+        n_thr, thr_us = procstat.throttled(self._throttle)
+        row: dict[str, Any] = {"t_unix": t, "rss_kb": rss, "hwm_kb": hwm, "cpu_s": cpu,
+                               "freq_mhz": self._freq.mhz(), "nr_throttled": n_thr,
+                               "throttled_us": thr_us}
+        if self.cuda is not None:
+            import torch
+
+            row["cuda_peak_bytes"] = torch.cuda.max_memory_allocated(self.cuda)
+            torch.cuda.reset_peak_memory_stats(self.cuda)
+        for name, c in self.live.items():
+            try:
+                row[f"{name}_{'j' if c.kind == 'counter' else 'w'}"] = c.read(share)
+            except Exception as exc:  # a read that fails leaves a gap, never a zero
+                log.debug("energy %s read failed: %s", name, exc)
+        with self._lock:
+            self._pending.append(row)
+            while len(self._pending) > MAX_PENDING:
+                self._pending.popleft()
+                self.dropped += 1
+        return row
+
+    def drain(self) -> list[dict]:
+        """The samples since the last drain, oldest first."""
+        with self._lock:
+            out = list(self._pending)
+            self._pending.clear()
+        return out
+
+    # ----- the reference workload and what the results state -------------------------------------
+    def reference(self, at: str) -> dict:
+        """Time the reference workload now (``at``: "setup", "task-end") and keep it."""
+        paused = self._running.is_set()
+        self.pause()  # the sampler's own wake-ups must not disturb the reference either
+        try:
+            ms = reference_ms()
+        finally:
+            if paused:
+                self.resume()
+        ref = {"at": at, "t_unix": time.time(), "ms": ms}
+        with self._lock:
+            self.references.append(ref)
+            self._changed = True
+        return ref
+
+    def info(self, force: bool = False) -> dict | None:
+        """Sources, collectors and references as plain JSON; None when nothing changed since
+        the last call (unless ``force``)."""
+        with self._lock:
+            if not (self._changed or force):
+                return None
+            self._changed = False
+            refs = list(self.references)
+        return {
+            "interval_ms": self.interval_s * 1e3,
+            "sources": {"memory": self._mem_source, "cpu": "os.times",
+                        "frequency": self._freq.name,
+                        "throttling": str(self._throttle) if self._throttle else "none",
+                        "cuda": "torch.cuda.max_memory_allocated" if self.cuda is not None
+                        else None},
+            "peak_method": "VmHWM reset per sample" if self._resets else "sampled VmRSS",
+            "cpus": self._ncpu,
+            "energy": self.probes,
+            "reference": {"work": f"{REFERENCE_N}x{REFERENCE_N} float32 matrix product, "
+                                  f"median of {REFERENCE_REPEATS}", "runs": refs},
+            "dropped": self.dropped,
+        }

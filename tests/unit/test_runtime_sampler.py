@@ -1,0 +1,124 @@
+"""The participant's metrics sampler: its readers against fake /proc and sysfs trees, and
+the real sampler thread on this machine."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from experiment_design.energy import create_energy
+from experiment_design.runtime import procstat
+from experiment_design.runtime.sampler import Sampler, energy_collectors
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_memory_comes_from_proc_status_and_says_so(tmp_path):
+    _write(tmp_path / "proc/self/status", "Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n")
+    assert procstat.memory_kb(tmp_path) == (1024, 2048, "/proc")
+    assert procstat.memory_kb()[2] == "/proc"  # this machine
+
+
+def test_throttling_is_read_from_the_quota_cgroup_v2(tmp_path):
+    _write(tmp_path / "proc/self/cgroup", "0::/lab/host1\n")
+    cg = tmp_path / "sys/fs/cgroup"
+    _write(cg / "cpu.stat", "usage_usec 1\nnr_throttled 0\nthrottled_usec 0\n")
+    _write(cg / "lab/cpu.stat", "usage_usec 5\nnr_periods 90\nnr_throttled 40\n"
+                                "throttled_usec 123456\n")
+    _write(cg / "lab/cpu.max", "25000 100000\n")
+    _write(cg / "lab/host1/cpu.stat", "usage_usec 5\nnr_throttled 0\nthrottled_usec 0\n")
+    _write(cg / "lab/host1/cpu.max", "max 100000\n")
+    f = procstat.throttle_file(tmp_path)
+    assert f == cg / "lab/cpu.stat"  # the ancestor whose quota limits this process
+    assert procstat.throttled(f) == (40, 123456.0)
+
+
+def test_throttling_is_read_from_cgroup_v1_in_microseconds(tmp_path):
+    _write(tmp_path / "proc/self/cgroup", "3:cpu,cpuacct:/docker/abc\n")
+    cg = tmp_path / "sys/fs/cgroup/cpu,cpuacct"
+    _write(cg / "cpu.stat", "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n")
+    _write(cg / "docker/abc/cpu.stat", "nr_periods 10\nnr_throttled 7\nthrottled_time 9000\n")
+    _write(cg / "docker/abc/cpu.cfs_quota_us", "50000\n")
+    f = procstat.throttle_file(tmp_path)
+    assert procstat.throttled(f) == (7, 9.0)
+    assert procstat.throttled(None) == (None, None)
+    assert procstat.throttle_file(tmp_path / "nothing") is None
+
+
+def test_frequency_from_cpufreq_else_cpuinfo(tmp_path):
+    _write(tmp_path / "proc/cpuinfo", "cpu MHz\t\t: 1000.0\ncpu MHz\t\t: 3000.0\n")
+    src = procstat.frequency_source(tmp_path)
+    assert src.name == "cpuinfo" and src.mhz() == pytest.approx(2000.0)
+    for c in range(256):
+        _write(tmp_path / f"sys/devices/system/cpu/cpu{c}/cpufreq/scaling_cur_freq", "1500000\n")
+    src = procstat.frequency_source(tmp_path)
+    assert src.name == "sysfs" and src.mhz() == pytest.approx(1500.0)
+
+
+def test_the_sampler_samples_off_thread_and_hands_over_what_it_read():
+    s = Sampler(interval_s=0.02, collectors=energy_collectors(["rapl", "estimate"])).start()
+    try:
+        ref = s.reference("setup")
+        time.sleep(0.5)
+        rows = s.drain()
+        assert len(rows) >= 10
+        ts = [r["t_unix"] for r in rows]
+        assert ts == sorted(ts)
+        assert all(r["rss_kb"] > 0 and r["hwm_kb"] >= 0 for r in rows)
+        assert all("estimate_w" in r for r in rows)
+        info = s.info()
+        assert info["sources"]["memory"] == "/proc" and info["cpus"] >= 1
+        # a measured source this machine lacks is unsupported with a reason, never read
+        if info["energy"]["rapl"]["status"] == "unsupported":
+            assert info["energy"]["rapl"]["reason"] and "rapl_j" not in rows[-1]
+        assert info["energy"]["estimate"]["label"] == "estimated"
+        assert info["reference"]["runs"] == [ref] and ref["ms"] > 0
+        assert s.info() is None  # nothing changed since
+    finally:
+        s.stop()
+
+
+def test_the_peak_between_samples_is_caught_where_the_high_water_mark_resets():
+    s = Sampler(interval_s=0.2, collectors={})
+    if not s._resets:
+        pytest.skip("this kernel does not let a process reset its RSS high-water mark")
+    s.start()
+    try:
+        time.sleep(0.3)
+        s.drain()
+        blob = bytearray(64 * 1024 * 1024)  # touched, then freed before the next sample
+        del blob
+        time.sleep(0.45)
+        rows = s.drain()
+        assert max(r["hwm_kb"] - r["rss_kb"] for r in rows) > 48 * 1024
+        assert s.info(force=True)["peak_method"] == "VmHWM reset per sample"
+    finally:
+        s.stop()
+
+
+def test_a_paused_sampler_takes_no_samples():
+    s = Sampler(interval_s=0.01, collectors={}).start()
+    try:
+        s.pause()
+        time.sleep(0.05)
+        s.drain()
+        time.sleep(0.1)
+        assert s.drain() == []
+        s.resume()
+        time.sleep(0.1)
+        assert s.drain()
+    finally:
+        s.stop()
+
+
+def test_collectors_are_named_by_the_settings():
+    assert energy_collectors("none") == {}
+    assert sorted(energy_collectors(None)) == ["estimate", "jetson", "nvml", "rapl"]
+    mine = energy_collectors({"estimate": {"idle_w": 1, "max_w": 2, "source": "datasheet"}})
+    assert mine["estimate"].info()["source"] == "datasheet"
+    assert isinstance(energy_collectors("rapl")["rapl"], type(create_energy("rapl")))
