@@ -252,8 +252,8 @@ def wheels_for(device_name: str, platform: DevicePlatform, dists: Iterable[str])
             f"device {device_name} lacks {', '.join(absent)} (python {platform.python}, "
             f"{platform.key}), and the wheel cache {cache_dir(platform)} has no wheel of "
             f"{'it' if len(absent) == 1 else 'them'}.",
-            hint=f"while online: tracr device prepare {device_name}   "
-            f"(or install {' '.join(absent)} on the device)",
+            hint=f"while online: tracr device prepare {device_name}   (or install "
+            f"{' '.join(absent)} on the device, then: tracr device check {device_name})",
         )
     return found
 
