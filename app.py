@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from experiment_design.errors import TracrError
 
     try:
+        from app_api.plugins import activate
+
+        activate()  # installed packages' tracr.plugins entry points (app_api.plugins)
         code = args.func(args)
     except TracrError as exc:
         if args.debug:

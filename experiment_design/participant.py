@@ -22,6 +22,7 @@ import threading
 import time
 
 from experiment_design.protocol import ALIVE_LINE, HEARTBEAT_S, PARTICIPANT_MODULE, Ready
+from experiment_design.registry import PLUGINS_ENV
 
 # run as ``-m`` this module is __main__; its log records keep the module's own name
 log = logging.getLogger(PARTICIPANT_MODULE)
@@ -44,6 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--startup-delay", type=float,
                    default=float(os.environ.get("TRACR_STARTUP_DELAY_S") or 0),
                    help=argparse.SUPPRESS)
+    p.add_argument("--plugins", default=None,
+                   help="comma-separated plugin modules to import (a user's own package; "
+                        "experiment_design.registry)")
     p.add_argument("--allocator", choices=("steady", "default"), default="steady",
                    help="steady: keep freed memory for the next inference (runtime/allocator.py)")
     return p.parse_args(argv)
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     threading.Thread(target=_heartbeat, daemon=True, name="heartbeat").start()
     args = parse_args(argv)
+    if args.plugins:
+        os.environ[PLUGINS_ENV] = args.plugins  # the registries import them on lookup
     secret_line = sys.stdin.readline().strip()
     if not secret_line:
         print("participant: expected the control secret (hex) on stdin", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -52,6 +53,11 @@ class Registry(Generic[T]):
       its error and its file. The next lookup tries it again.
     - **Unknown names.** :class:`UnknownNameError`: the valid names and the
       closest match.
+    - **Plugins.** Modules named in ``$TRACR_PLUGINS`` (comma-separated dotted names,
+      from a user's own package: its ``tracr.plugins`` entry points or a manifest's
+      ``plugins``) are imported on every lookup too, before the packages, so what they
+      register is found like a built-in. The observer sets it and hands it to every
+      participant, and ships the plugins' packages with the bundle.
 
     Example::
 
@@ -167,6 +173,14 @@ class Registry(Generic[T]):
         """
         imported: list[str] = []
         failures: list[tuple[str, BaseException, str]] = []
+        for module in plugin_modules():
+            if module in sys.modules:
+                continue
+            try:
+                importlib.import_module(module)
+                imported.append(module)
+            except Exception as exc:  # named below, like a broken module of ours
+                failures.append((module, exc, f"the plugin {module} ($TRACR_PLUGINS)"))
         for package in self.packages:
             try:
                 pkg = sys.modules.get(package) or importlib.import_module(package)
@@ -184,6 +198,16 @@ class Registry(Generic[T]):
                 hint=f"Fix or remove {where}.",
             ) from exc
         return imported
+
+
+#: the environment variable naming plugin modules (see :class:`Registry`)
+PLUGINS_ENV = "TRACR_PLUGINS"
+
+
+def plugin_modules() -> list[str]:
+    """The plugin modules named in ``$TRACR_PLUGINS``, in order, without duplicates."""
+    raw = os.environ.get(PLUGINS_ENV, "")
+    return list(dict.fromkeys(m.strip() for m in raw.split(",") if m.strip()))
 
 
 def import_modules(

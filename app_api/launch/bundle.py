@@ -25,6 +25,7 @@ from pathlib import Path
 
 from app_api.devices.wheels import PLATFORM_SNIPPET, UNPACK_SNIPPET
 from experiment_design.protocol import PARTICIPANT_MODULE
+from experiment_design.registry import plugin_modules
 
 # Pure-python packages shipped into DIR/deps (import name -> module providing its path).
 PURE_DEPS = ("rpyc",)
@@ -48,6 +49,18 @@ def bundle_sources() -> list[tuple[Path, str]]:
     items = [(_package_dir("experiment_design"), "experiment_design"),
              (_package_dir("MyDatasets"), "MyDatasets")]
     items += [(_package_dir(dep), f"deps/{dep}") for dep in PURE_DEPS]
+    # a user's plugin packages ($TRACR_PLUGINS, app_api.plugins), found where the observer
+    # imports them from; the participant imports them by name from deps/
+    for top in sorted({m.split(".")[0] for m in plugin_modules()}):
+        if top in ("experiment_design", "MyDatasets"):
+            continue
+        module = __import__(top)
+        if not hasattr(module, "__path__"):
+            from experiment_design.errors import TracrError
+
+            raise TracrError(f"the plugin {top} is a single module, which cannot be shipped",
+                             hint="put it in a package (a folder with __init__.py)")
+        items.append((_package_dir(top), f"deps/{top}"))
     return items
 
 

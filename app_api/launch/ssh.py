@@ -54,6 +54,7 @@ from app_api.launch.bundle import (
 from app_api.launch.remote import control_dir, free_local_port, remote_leftovers
 from experiment_design.errors import TracrError
 from experiment_design.protocol import ALIVE_LINE, HEARTBEAT_S, PARTICIPANT_MODULE, Ready
+from experiment_design.registry import plugin_modules
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class SSHParticipant(ParticipantHandle):
                 "--port", "0", "--idle-timeout", str(spec.liveness_s)]  # fmt: skip
         if spec.threads:
             args += ["--threads", str(int(spec.threads))]
+        if plugin_modules():  # shipped in the bundle (app_api.plugins)
+            args += ["--plugins", ",".join(plugin_modules())]
         need = ["torch"] + (["blosc2"] if codec not in (None, "none") else [])
         ship = [m for mods in wheels.distributions(wheels.groups_for(codec)).values()
                 for m in mods]  # fmt: skip

@@ -9,13 +9,14 @@ from typing import Any
 
 import yaml
 
+from app_api import plugins
 from app_api.manifest import names
 from app_api.manifest.errors import KeyPath, ManifestError, format_path
 from app_api.manifest.overrides import Override, apply_one, parse_overrides
 from app_api.manifest.schema import SchemaProblem, fill_defaults, validate
 from app_api.manifest.search import find_manifest
 from app_api.manifest.yamlio import load_yaml_file
-from experiment_design.errors import UnknownNameError
+from experiment_design.errors import TracrError, UnknownNameError
 
 
 class Manifest:
@@ -136,6 +137,10 @@ def _unknown(kind: str, name: str, valid: Iterable[str]) -> str:
 def _check_names(d: dict, loc: _Locator) -> None:
     """Cross-references inside the manifest and names against the registries."""
     types, instances, playbook = d["participant_types"], d["participant_instances"], d["playbook"]
+    try:
+        plugins.activate(d.get("plugins") or [])
+    except TracrError as exc:
+        raise loc.error(("plugins",), exc.message, hint=exc.hint) from exc
     if not types:
         raise loc.error(("participant_types",), "defines no participant types")
     if not instances:

@@ -127,6 +127,9 @@ SCHEMA = Field(
     "map",
     keys={
         "description": Field("str", default="", doc="one line shown by `tracr experiment ls`"),
+        "plugins": Field("list", default=[], items=Field("str"),
+                         doc="modules of your own package to import (what they register: "
+                             "models, datasets, partitioners, roles, tasks); app_api.plugins"),
         "model": Field(
             "map",
             pre=_mapping_or("name"),

@@ -1,9 +1,11 @@
-"""Where manifests live: ``./manifests``, the repository's ``manifests/``, ``$TRACR_CONFIG_DIR/manifests``."""
+"""Where manifests live: ``./manifests``, tracr's own ``manifests/`` (beside ``app.py``, or
+installed with the package), ``$TRACR_CONFIG_DIR/manifests``."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from app_api.manifest.errors import ManifestError
@@ -26,10 +28,17 @@ def repo_manifest_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "manifests"
 
 
+def installed_manifest_dir() -> Path:
+    """Where an installed (not editable) tracr keeps its shipped manifests (a wheel's data
+    files: ``<prefix>/share/tracr/manifests``)."""
+    return Path(sys.prefix) / "share" / "tracr" / "manifests"
+
+
 def search_dirs() -> list[Path]:
     """The manifest folders in lookup order (first match wins), without duplicates."""
     dirs, seen = [], set()
-    for d in (Path.cwd() / "manifests", repo_manifest_dir(), config_dir() / "manifests"):
+    for d in (Path.cwd() / "manifests", repo_manifest_dir(), installed_manifest_dir(),
+              config_dir() / "manifests"):
         key = d.resolve() if d.exists() else d.absolute()
         if key not in seen:
             seen.add(key)
