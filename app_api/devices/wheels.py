@@ -290,7 +290,8 @@ def pip_download(platform: DevicePlatform, dists: Iterable[str],
         if cp.returncode != 0:
             tail = (cp.stderr or cp.stdout).strip().splitlines()[-1:] or ["no output"]
             raise TracrError(f"pip found no wheel of {d} for {platform.key}: {tail[0]}",
-                             hint="the device then needs it installed by hand")
+                             hint="point pip at an index that has one (PIP_EXTRA_INDEX_URL; "
+                             "piwheels.org for 32-bit ARM), or install it on the device")
         got = find_wheel(platform, d)
         lines.append(f"{d}: no wheel of {pin} for {platform.key}; fetched {got.name if got else d}")
     return lines
