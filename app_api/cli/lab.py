@@ -31,12 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and mode; its 'network' section: the first rate and the delay); no other lab flag",
     )
     up.add_argument("--bandwidth", metavar="RATE", help=_RATE_HELP)
-    up.add_argument(
-        "--delay",
-        type=float,
-        metavar="MS",
-        help="one-way delay added on each host's egress, in ms (needs the netem qdisc)",
-    )
+    _link_args(up)
     up.add_argument(
         "--cpu-quota",
         nargs="+",
@@ -90,14 +85,66 @@ def register(sub: argparse._SubParsersAction) -> None:
     shape.add_argument(
         "--bandwidth", metavar="RATE", help=_RATE_HELP + "; omit to remove the limit"
     )
-    shape.add_argument(
-        "--delay", type=float, metavar="MS", help="one-way delay per host egress (netem)"
-    )
+    _link_args(shape)
     shape.add_argument("--no-verify", action="store_true", help="skip measuring the link")
     shape.add_argument("--json", action="store_true", help="print the link report as JSON")
     shape.set_defaults(func=cmd_shape)
 
+    verify = cmds.add_parser(
+        "verify",
+        help="measure every link (goodput, round trip, loss) and host CPU share against "
+        "what was configured; exit 1 if any misses",
+    )
+    verify.add_argument("--json", action="store_true", help="print the results as JSON")
+    verify.add_argument("--quick", action="store_true",
+                        help="fewer and smaller messages (a few seconds per link)")
+    verify.set_defaults(func=cmd_verify)
+
     p.set_defaults(func=lambda args: p.print_help())
+
+
+def _link_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--delay", metavar="TIME",
+                   help="one-way delay on each host's egress (20ms, 0.5ms; a bare number is "
+                   "ms): two hosts see a round trip of twice it, the observer once")
+    p.add_argument("--jitter", metavar="TIME", help="random delay added to --delay (+-TIME "
+                   "uniform, or sigma for normal/pareto); packets are never reordered")
+    p.add_argument("--jitter-dist", choices=("uniform", "normal", "pareto"), default="uniform",
+                   help="distribution of --jitter (default uniform)")
+    p.add_argument("--loss", metavar="PCT", help="random loss on each host's egress (1%% or 0.01)")
+    p.add_argument("--loss-model", metavar="ge:p,r[,h,k]",
+                   help="bursty Gilbert-Elliott loss instead of --loss: p = P(good->bad), "
+                   "r = P(bad->good), h = P(delivered | bad) (default 0), k = P(delivered | "
+                   "good) (default 1), e.g. ge:1%%,30%%")
+    p.add_argument("--queue", metavar="SIZE", help="drop-tail queue of each egress: packets "
+                   "(100, 100p) or bytes (150KB); default 16 MiB, deep enough for TCP")
+    p.add_argument("--trace", metavar="FILE|NAME",
+                   help="the rate follows a trace: a Mahimahi file (one line per 1500-byte "
+                   "opportunity, in ms), a time_s,rate CSV, or a shipped one scaled to "
+                   "--bandwidth: steady, step, sawtooth, walk (5x swings)")
+    p.add_argument("--link-mode", choices=("auto", "netem", "user"), default="auto",
+                   help="auto (default): tbf for a plain rate, netem where the kernel has it, "
+                   "else tracr's user-space link emulator; user: always the emulator")
+    p.add_argument("--link", nargs="+", default=[], metavar="HOST[:up|down]=K=V,...",
+                   help="per-host overrides, e.g. lab-2:down=delay=5ms,loss=2%% "
+                   "(keys bandwidth, delay, jitter, loss, loss_model, queue, trace)")
+
+
+def _link_kwargs(args: argparse.Namespace) -> dict:
+    """The link flags beyond --bandwidth and --delay, as lab.up/lab.shape take them."""
+    overrides = {}
+    for item in args.link:
+        where, sep, body = item.partition("=")
+        if not sep:
+            from experiment_design.errors import TracrError
+
+            raise TracrError(f"cannot read --link {item!r}",
+                             hint="write HOST[:up|down]=key=value,..., e.g. lab-2:down=delay=5ms")
+        values = dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv)
+        overrides[where if ":" in where else f"{where}:up"] = values
+    return {"jitter": args.jitter, "jitter_dist": args.jitter_dist, "loss": args.loss,
+            "loss_model": args.loss_model, "queue": args.queue, "trace": args.trace,
+            "link_mode": args.link_mode, "overrides": overrides}
 
 
 def _say(args: argparse.Namespace):
@@ -120,6 +167,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     if args.manifest:
         kwargs = _stated_lab(args)
+    else:
+        kwargs.update(_link_kwargs(args))
     if not args.json:
         print(f"tracr lab up: {kwargs['hosts']} host(s)", flush=True)
     state = lab.up(**kwargs, verify=not args.no_verify, say=_say(args))
@@ -189,7 +238,8 @@ def cmd_shape(args: argparse.Namespace) -> int:
     from app_api import lab
 
     report = lab.shape(
-        bandwidth=args.bandwidth, delay_ms=args.delay, verify=not args.no_verify, say=_say(args)
+        bandwidth=args.bandwidth, delay_ms=args.delay, verify=not args.no_verify, say=_say(args),
+        **_link_kwargs(args),
     )
     if args.json:
         print(json.dumps(report, indent=2))
@@ -249,9 +299,51 @@ def _print_status(state: dict) -> None:
         f"+{2 * delay:g} ms (2 x {delay:g} ms)" if delay else "-",
         f"{m['rtt_ms']:.3f} ms median (p95 {m['rtt_ms_p95']:.3f})" if m else "-",
     )
-    link.add_row("qdisc", str(shaping.get("qdisc") or "none"), "")
+    link.add_row("mechanism", str(shaping.get("mechanism") or shaping.get("qdisc") or "none"), "")
     console.print(link)
+    _print_links(console, state)
     if not state.get("complete"):
         console.print(
             "[yellow]the lab is incomplete (lab up did not finish); run 'tracr lab down'[/]"
         )
+
+
+def _print_links(console, state: dict) -> None:
+    """Per host and direction: the mechanism, what it does, and whether its emulator runs."""
+    from rich.table import Table
+
+    from app_api.lab import links
+
+    spec = links.spec_from_state(state)
+    if not spec:
+        return
+    emu = state.get("emulator")
+    alive = emu.get("alive", True) if emu else None
+    table = Table(title="links (up: the host's egress, down: its ingress)")
+    for col in ("host", "dir", "mechanism", "configured", "emulator"):
+        table.add_column(col)
+    for h in state["hosts"]:
+        for direction in ("up", "down"):
+            cfg = spec.get(h["name"], {}).get(direction)
+            if cfg is None:
+                continue
+            mech = h.get("link_mechanism") if direction == "up" or emu else None
+            table.add_row(h["name"], direction, str(mech or "-"), links.describe(cfg),
+                          "-" if alive is None else f"pid {emu.get('pid')} "
+                          + ("[green]alive[/]" if alive else "[red]DEAD: hosts cut off[/]"))
+    console.print(table)
+    last = state.get("verify")
+    if last:
+        console.print(f"last verify {last.get('at')}: " + ("[green]pass[/]" if last.get("ok")
+                                                           else "[red]FAIL[/] (tracr lab verify)"))
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from app_api.lab import verify
+
+    result = verify.verify_lab(quick=args.quick, say=_say(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        verify.print_table(result)
+    return 0 if result["ok"] else 1

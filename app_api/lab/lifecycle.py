@@ -23,14 +23,14 @@ from pathlib import Path
 
 from app_api import fsutil
 from app_api.devices.registry import known_hosts_path
-from app_api.lab import cgroup, network, pacer, sshd
+from app_api.lab import cgroup, links, network, pacer, sshd
 from app_api.lab import state as lab_state
 from app_api.lab.lock import WAIT_S, link_lock
 from app_api.lab.probe import measure_link
 from app_api.lab.registry_link import register_hosts, unregister_hosts
 from app_api.lab.state import host_entry, load_state, new_state, remove_state, save_state
 from app_api.lab.system import pid_alive, require_root, stop_pid
-from app_api.units import format_rate, parse_rate
+from app_api.units import format_rate
 from experiment_design.errors import TracrError
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ def up(
     pin: bool = True,
     verify: bool = True,
     say=lambda msg: None,
+    **link_args,
 ) -> dict:
     """Create ``hosts`` emulated hosts (namespaces + sshd), pair them, shape and verify the link.
 
@@ -99,13 +100,17 @@ def up(
     time, checked every ``cpu_period_ms`` (1 ms by default) with no saving up, so it is
     evenly slow; see ``app_api.lab.pacer``).
 
+    ``link_args`` shape the links beyond rate and delay (:func:`link_request`: ``jitter``,
+    ``jitter_dist``, ``loss``, ``loss_model``, ``queue``, ``trace``, ``link_mode``,
+    ``overrides``); the mechanism (tbf, netem or the user-space emulator) is chosen by
+    :func:`app_api.lab.links.choose_mechanism`.
+
     Returns the state dict (also written to ``$TRACR_CONFIG_DIR/lab/state.json``). On any
     failure everything created so far is removed again before the error propagates.
     """
     require_root()
     if not 1 <= int(hosts) <= network.MAX_HOSTS:
         raise TracrError(f"--hosts must be between 1 and {network.MAX_HOSTS}, not {hosts}")
-    rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
     if cpu_mode not in CPU_MODES:
         raise TracrError(f"--cpu-mode must be one of {', '.join(CPU_MODES)}, not {cpu_mode!r}")
     duty = None
@@ -123,7 +128,9 @@ def up(
             "tracr-lab-probe"
         )  # fails early with a hint when there is no cpu controller
     sshd.sshd_binary()
-    plan = network.shaping_plan(rate, delay_ms)  # fails early when --delay has no netem
+    request = link_request(bandwidth, delay_ms, **link_args)
+    spec, mode = _link_spec(request, [f"lab-{i}" for i in range(1, int(hosts) + 1)])
+    links.choose_mechanism(spec, mode)  # fails early (e.g. netem asked on a kernel without)
     _refuse_if_up()
 
     state = new_state()
@@ -137,7 +144,7 @@ def up(
     save_state(state)
     try:
         _build(state, int(hosts), quotas, say, period, pin, duty)
-        _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
+        _apply(state, request, verify, say)
         state["complete"] = True
         save_state(state)
     except BaseException:
@@ -317,21 +324,50 @@ def _stop_pacers(namespaces: set[str]) -> list[int]:
     return stopped
 
 
-def _apply(state: dict, bandwidth, rate, delay_ms, plan, verify: bool, say) -> None:
-    for h in state["hosts"]:
-        network.apply_shaping(h, plan)
+def link_request(bandwidth=None, delay_ms=None, *, jitter=None, jitter_dist: str = "uniform",
+                 loss=None, loss_model: str | None = None, queue=None, trace: str | None = None,
+                 link_mode: str = "auto", overrides: dict | None = None) -> dict:
+    """The lab's link as asked (recorded in the state, so a run can put it back).
+
+    ``overrides``: ``{"lab-2:down": {"delay": "5ms", ...}}``, per host and direction.
+    """
+    return {"bandwidth": None if bandwidth in (None, "") else str(bandwidth),
+            "delay_ms": links.parse_ms(delay_ms, "delay") or None, "jitter": jitter,
+            "jitter_dist": jitter_dist, "loss": loss, "loss_model": loss_model, "queue": queue,
+            "trace": trace, "link_mode": link_mode or "auto", "overrides": overrides or {}}
+
+
+def _link_spec(request: dict, hosts: list[str]) -> tuple[dict, str]:
+    keys = ("bandwidth", "jitter", "jitter_dist", "loss", "loss_model", "queue", "trace")
+    egress = links.direction_config(delay=request.get("delay_ms"),
+                                    **{k: request.get(k) for k in keys if k in request})
+    overrides = {}
+    for where, values in (request.get("overrides") or {}).items():
+        host, _, direction = where.partition(":")
+        overrides[(host, direction or "up")] = links.direction_config(**values)
+    return links.link_spec(hosts, egress, overrides), request.get("link_mode") or "auto"
+
+
+def _apply(state: dict, request: dict, verify: bool, say) -> None:
+    spec, mode = _link_spec(request, [h["name"] for h in state["hosts"]])
+    mechanism = links.apply(state, spec, mode, say)
+    egress = spec[state["hosts"][0]["name"]]["up"]
     state["shaping"] = {
-        "bandwidth": None if rate is None else str(bandwidth),
-        "bandwidth_Bps": rate,
-        "delay_ms": delay_ms,
-        "qdisc": plan["qdisc"],
-        "tc_args": plan["args"],
-        "where": "egress of every host (namespace end of its veth)",
+        "bandwidth": request.get("bandwidth"),
+        "bandwidth_Bps": egress.rate_Bps,
+        "delay_ms": request.get("delay_ms"),
+        "qdisc": mechanism,
+        "mechanism": mechanism,
+        "request": request,
+        "where": "egress of every host (namespace end of its veth)"
+        + ("; per-host overrides in links" if request.get("overrides") else ""),
     }
     state["measured"] = {}
+    state.pop("verify", None)  # a new link: the last verify no longer holds
     save_state(state)
-    if plan["qdisc"]:
-        say(f"shaping: {plan['qdisc']} {' '.join(plan['args'][1:])}")
+    if mechanism:
+        say(f"shaping: {mechanism} " + ", ".join(
+            f"{h['name']} {links.describe(spec[h['name']]['up'])}" for h in state["hosts"]))
     if verify:
         state["measured"] = verify_link(state)
         m = state["measured"]
@@ -379,11 +415,14 @@ def shape(
     verify: bool = True,
     say=lambda m: None,
     wait_s: float = WAIT_S,
+    **link_args,
 ) -> dict:
     """Re-shape the running lab (None/None removes shaping) and re-measure; returns link_report().
 
-    Holds the lab link's lock (:func:`app_api.lab.lock.link_lock`) while it shapes and
-    measures; another holder is waited for at most ``wait_s`` seconds.
+    ``link_args`` as for :func:`up`; one not given keeps the lab's current value (``tracr
+    lab shape`` gives them all). Holds the lab link's lock
+    (:func:`app_api.lab.lock.link_lock`) while it shapes and measures; another holder is
+    waited for at most ``wait_s`` seconds.
     """
     require_root()
     state = load_state()
@@ -391,11 +430,18 @@ def shape(
         raise TracrError(
             "no tracr lab is up", hint="start one: tracr lab up --hosts 2 --bandwidth 4MB/s"
         )
-    rate = parse_rate(bandwidth) if bandwidth not in (None, "") else None
-    plan = network.shaping_plan(rate, delay_ms)
+    # what is not given is kept (a run that re-shapes the rate keeps the lab's loss model)
+    current = (state.get("shaping") or {}).get("request") or {}
+    for key in ("jitter", "jitter_dist", "loss", "loss_model", "queue", "trace", "link_mode",
+                "overrides"):
+        if key not in link_args and key in current:
+            link_args[key] = current[key]
+    request = link_request(bandwidth, delay_ms, **link_args)
+    spec, mode = _link_spec(request, [h["name"] for h in state["hosts"]])
+    links.choose_mechanism(spec, mode)
     with link_lock(wait_s):
         state = load_state() or state  # re-read: another shaper may have finished meanwhile
-        _apply(state, bandwidth, rate, delay_ms, plan, verify, say)
+        _apply(state, request, verify, say)
     return link_report()
 
 
@@ -444,6 +490,8 @@ def status() -> dict | None:
         h["ns_present"] = h.get("ns") in present
     if state.get("pacer"):
         state["pacer"]["alive"] = pacer.is_ours(state["pacer"].get("pid"), lab_state.state_path())
+    if state.get("emulator"):
+        state["emulator"]["alive"] = links.emulator_alive(state)
     return state
 
 
@@ -478,6 +526,7 @@ def down(*, say=lambda msg: None) -> dict:
 
     namespaces = {h["ns"] for h in state["hosts"] if h.get("ns")} | set(network.list_namespaces())
     removed["processes"].extend(_stop_pacers(namespaces))
+    removed["processes"].extend(links.stop_emulator(state))
     for h in state["hosts"]:
         pid = h.get("sshd_pid")
         if pid and _our_sshd(h) and stop_pid(pid):
@@ -490,9 +539,9 @@ def down(*, say=lambda msg: None) -> dict:
     for ns in sorted(namespaces):
         if network.delete_namespace(ns):
             removed["namespaces"].append(ns)
-    links = {h.get("veth_host") for h in state["hosts"]} | set(network.list_links())
-    links.discard(None)
-    for link in sorted(links, key=lambda x: x == network.BRIDGE):  # bridge last
+    devices = {h.get("veth_host") for h in state["hosts"]} | set(network.list_links())
+    devices.discard(None)
+    for link in sorted(devices, key=lambda x: x == network.BRIDGE):  # bridge last
         if network.delete_link(link):
             removed["links"].append(link)
     if network.delete_link(network.BRIDGE):

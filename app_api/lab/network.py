@@ -27,6 +27,7 @@ LINK_PREFIX = "trlab-"
 BRIDGE = "trlab-br0"
 SUBNET_PREFIX = "10.213.0"
 BRIDGE_ADDRESS = f"{SUBNET_PREFIX}.1"
+BRIDGE_MAC = "02:74:72:6c:62:01"  # locally administered; fixed (see create_bridge)
 MAX_HOSTS = 200
 
 
@@ -38,6 +39,9 @@ def host_names(i: int) -> dict:
         "address": f"{SUBNET_PREFIX}.{i + 1}",
         "veth_host": f"{LINK_PREFIX}{i}h",
         "veth_ns": f"{LINK_PREFIX}{i}n",
+        # the link emulator's pair (app_api.lab.links.wire_user): x is relayed, y bridged
+        "veth_emu": f"{LINK_PREFIX}{i}x",
+        "veth_bridge": f"{LINK_PREFIX}{i}y",
     }
 
 
@@ -65,8 +69,13 @@ def ns_pids(ns: str) -> list[int]:
 
 
 def create_bridge() -> None:
-    """Create ``trlab-br0`` with the observer's address on the lab subnet."""
-    run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    """Create ``trlab-br0`` with the observer's address on the lab subnet.
+
+    Its MAC address is set, so it stays the same as ports come and go: a bridge takes the
+    lowest of its ports' addresses, and when the link emulator took a host's veth off the
+    bridge, that host still sent the observer's frames to the veth's own address, which
+    the root namespace took in directly, past the emulator."""
+    run(["ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge"])
     run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE])
     run(["ip", "link", "set", BRIDGE, "up"])
 

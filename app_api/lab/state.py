@@ -236,7 +236,8 @@ def validate_state(state: dict, known_hosts: Path) -> list[str]:
             bad(f"hosts[{i}].name", h.get("name"))
             continue
         addresses.add(want["address"])
-        for key in ("ns", "address", "veth_host", "veth_ns", "dir", "host_key", "sshd_config"):
+        for key in ("ns", "address", "veth_host", "veth_ns", "veth_emu", "veth_bridge", "dir",
+                    "host_key", "sshd_config"):
             if key in h and h[key] != want[key]:
                 bad(f"hosts[{i}].{key}", h[key])
         if h.get("cgroup") is not None and h["cgroup"] not in want["cgroups"]:
@@ -244,11 +245,12 @@ def validate_state(state: dict, known_hosts: Path) -> list[str]:
         pid = h.get("sshd_pid")
         if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1):
             bad(f"hosts[{i}].sshd_pid", pid)
-    pace = state.get("pacer")
-    if pace is not None:
-        pid = pace.get("pid") if isinstance(pace, dict) else pace
-        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
-            bad("pacer.pid", pid)
+    for helper in ("pacer", "emulator"):
+        entry = state.get(helper)
+        if entry is not None:
+            pid = entry.get("pid") if isinstance(entry, dict) else entry
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1:
+                bad(f"{helper}.pid", pid)
     registry = state.get("registry") or []
     if not isinstance(registry, list):
         bad("registry", registry)

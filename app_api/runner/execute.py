@@ -8,6 +8,7 @@ fresh directory seeded with the rows of the run it continues.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 from app_api.results import claim_run_dir, prepare_resume
@@ -29,8 +30,15 @@ def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: b
         say(f"resuming {resume}: its measurements are kept, the rest goes to {out_dir}")
     elif out_dir is not None:
         claim_run_dir(out_dir)  # refused (exit 2) if it holds a previous run
+    t0 = time.time()
     if plan.kind == PLAIN:
-        return network.run_plain(plan.runs[0], out_dir=out_dir, progress=progress)
-    if plan.kind == SHAPED:
-        return network.run_shaped(plan.runs[0], out_dir=out_dir, progress=progress, say=say)
-    return run_bandwidths(plan, out_dir=out_dir, progress=progress, say=say)
+        result = network.run_plain(plan.runs[0], out_dir=out_dir, progress=progress)
+    elif plan.kind == SHAPED:
+        result = network.run_shaped(plan.runs[0], out_dir=out_dir, progress=progress, say=say)
+    else:
+        result = run_bandwidths(plan, out_dir=out_dir, progress=progress, say=say)
+    labcheck.record_link(plan.manifest, result.run_dir, t0, time.time())
+    if not result.ok:  # a lost participant: name a dead lab helper as the cause
+        for reason in labcheck.lab_health_errors(plan.manifest):
+            result.errors.append(reason)
+    return result

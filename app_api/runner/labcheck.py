@@ -48,7 +48,18 @@ def lab_check(manifest: Any) -> dict | None:
 
 def check_lab(manifest: Any) -> dict | None:
     """Refuse (exit 2) a run whose lab differs from the stated one, unless the manifest
-    says ``lab.on_mismatch: record``; returns :func:`lab_check`'s record."""
+    says ``lab.on_mismatch: record``; returns :func:`lab_check`'s record.
+
+    A run on the lab is also refused when a lab helper died (the link emulator, the CPU
+    pacer: :func:`app_api.lab.verify.lab_health`) or the lab's last ``tracr lab verify``
+    failed (:func:`app_api.lab.verify.require_verified`, with its figures);
+    ``lab.on_mismatch: record`` overrides the latter.
+    """
+    if uses_lab(manifest):
+        from app_api.lab import verify
+
+        section = manifest.lab or {}
+        verify.require_verified(force=section.get("on_mismatch") == "record")
     record = lab_check(manifest)
     if record is None or record["ok"]:
         return record
@@ -61,3 +72,28 @@ def check_lab(manifest: Any) -> dict | None:
         f"'sudo tracr lab up --manifest {manifest.name}'), or run on this lab and record the "
         "differences: --set lab.on_mismatch=record",
     )
+
+
+def lab_health_errors(manifest: Any) -> list[str]:
+    """Why the lab could not carry a run that used it (a dead link emulator or pacer),
+    for the end of a run that lost a participant; [] when all is well or off the lab."""
+    if not uses_lab(manifest):
+        return []
+    from app_api.lab.verify import lab_health
+
+    return lab_health()
+
+
+def record_link(manifest: Any, run_dir, t0: float, t1: float) -> None:
+    """Write ``link.csv`` into ``run_dir``: the lab link's configured state from ``t0`` to
+    ``t1`` (wall times; :func:`app_api.lab.timeline.link_timeline`), so every inference
+    can be matched to the rate, delay and loss it met. Nothing off the lab."""
+    from pathlib import Path
+
+    from app_api.lab import timeline
+
+    if not uses_lab(manifest) or run_dir is None or not Path(run_dir).is_dir():
+        return
+    rows = timeline.link_timeline(t0, t1)
+    if rows:
+        (Path(run_dir) / "link.csv").write_text(timeline.to_csv(rows))

@@ -161,6 +161,8 @@ def test_host_names():
         "address": "10.213.0.4",
         "veth_host": "trlab-3h",
         "veth_ns": "trlab-3n",
+        "veth_emu": "trlab-3x",
+        "veth_bridge": "trlab-3y",
     }
 
 

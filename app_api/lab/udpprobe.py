@@ -1,0 +1,190 @@
+"""UDP measurements of one lab link direction: round trip, message goodput and loss.
+
+A receiver runs where the traffic goes (a host's namespace, or the root namespace for the
+observer) and a sender where it comes from, both ``python -I -c`` with the standard
+library only. Every datagram starts with an 8-byte per-probe token that comes on stdin
+(never on the command line); the receiver ignores any other datagram. Kinds:
+
+- ``P``: a ping, echoed back; the sender times the round trip on its own clock.
+- ``D``: message data (message id, index), 1472-byte datagrams (a full 1514-byte frame).
+- ``L``: loss probe, small datagrams paced below the link's rate so no queue drops any.
+- ``E``: the end; the receiver prints what it saw (wall-clock arrival times) and exits.
+
+Both ends have deadlines: the receiver stops at ``deadline_s`` whatever it got, the sender
+waits at most ``ping_timeout_s`` for an echo, and the parent kills both after that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import subprocess
+import sys
+
+from experiment_design.errors import TracrError
+
+DATAGRAM = 1472  # UDP payload of one full frame: 1500 - 20 (IP) - 8 (UDP)
+FRAME = 1514  # its frame on the wire
+LOSS_PAYLOAD = 64
+
+_RECEIVER = r"""
+import json, select, socket, struct, sys, time
+addr, deadline_s = sys.argv[1], float(sys.argv[2])
+token = bytes.fromhex(sys.stdin.readline().strip())
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS: the kernel's arrival time
+s.bind((addr, 0))
+print(s.getsockname()[1], flush=True)
+end = time.monotonic() + deadline_s
+msgs, loss = {}, {}
+while True:
+    left = end - time.monotonic()
+    if left <= 0 or not select.select([s], [], [], left)[0]:
+        break
+    data, anc, _, peer = s.recvmsg(65536, 64)
+    t = time.time()
+    for level, kind, value in anc:
+        if level == socket.SOL_SOCKET and kind == 35 and len(value) >= 16:
+            sec, nsec = struct.unpack("qq", value[:16])
+            t = sec + nsec * 1e-9
+    if data[:8] != token:
+        continue
+    kind = data[8:9]
+    if kind == b"P":
+        s.sendto(data, peer)
+    elif kind == b"D":
+        mid, idx = struct.unpack("!II", data[9:17])
+        msgs.setdefault(mid, []).append((idx, t, len(data)))
+    elif kind == b"L":
+        mid, seq = struct.unpack("!II", data[9:17])
+        loss.setdefault(mid, set()).add(seq)
+    elif kind == b"E":
+        break
+print(json.dumps({"msgs": msgs, "loss": {k: len(v) for k, v in loss.items()}}), flush=True)
+"""
+
+_SENDER = r"""
+import json, socket, struct, sys, time
+addr, port = sys.argv[1], int(sys.argv[2])
+token = bytes.fromhex(sys.stdin.readline().strip())
+plan = json.loads(sys.stdin.readline())
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+s.connect((addr, port))
+out = {"rtts_ms": [], "ping_lost": 0, "sent": {}, "loss_sent": {}}
+
+def paced(n, size, kind, mid, rate):
+    # n datagrams of size bytes at rate bytes/s (0: as fast as the socket takes them)
+    pad = b"\0" * (size - 17)
+    t0 = time.perf_counter()
+    for i in range(n):
+        if rate:
+            due = t0 + i * (size + 42) / rate
+            while True:
+                ahead = due - time.perf_counter()
+                if ahead <= 0:
+                    break
+                time.sleep(ahead if ahead > 0.002 else 0)
+        try:
+            s.send(token + kind + struct.pack("!II", mid, i) + pad)
+        except OSError:
+            pass
+
+s.settimeout(plan["ping_timeout_s"])
+for i in range(plan["pings"]):
+    t = time.perf_counter()
+    try:
+        s.send(token + b"P" + struct.pack("!II", 0, i))
+        while True:
+            d = s.recv(64)
+            if d[9:17] == struct.pack("!II", 0, i):
+                out["rtts_ms"].append((time.perf_counter() - t) * 1e3)
+                break
+    except OSError:
+        out["ping_lost"] += 1
+    time.sleep(plan.get("ping_gap_s", 0.005))
+for mid, (size, drain) in enumerate(zip(plan["messages"], plan["drain_s"]), 1):
+    n = -(-size // 1472)
+    paced(n, 1472, b"D", mid, plan["pace_Bps"])
+    out["sent"][mid] = n
+    time.sleep(drain)
+for mid, (n, rate) in enumerate(plan["loss"], 1):
+    paced(n, 64, b"L", mid, rate)
+    out["loss_sent"][mid] = n
+time.sleep(plan["end_wait_s"])
+for _ in range(5):
+    try:
+        s.send(token + b"E" + b"\0" * 8)
+    except OSError:  # the receiver has ended (the ICMP of an earlier end)
+        break
+    time.sleep(0.02)
+print(json.dumps(out), flush=True)
+"""
+
+
+def _netns(ns: str | None, argv: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv] if ns else argv
+
+
+def session(src_ns: str | None, dst_ns: str | None, dst_address: str, plan: dict,
+            timeout_s: float) -> dict:
+    """Run one sender/receiver pair with ``plan`` (see ``_SENDER``); both outputs merged.
+
+    ``plan``: pings, ping_timeout_s, messages (bytes each), drain_s (a wait after each),
+    pace_Bps (0: unpaced), loss ([(datagrams, bytes/s)]), end_wait_s.
+    """
+    py = [sys.executable, "-I", "-c"]
+    token = secrets.token_hex(8)
+    recv = subprocess.Popen(_netns(dst_ns, [*py, _RECEIVER, dst_address, str(timeout_s)]),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        recv.stdin.write(token + "\n")
+        recv.stdin.close()
+        recv.stdin = None
+        port = recv.stdout.readline().strip()
+        if not port.isdigit():
+            raise TracrError(f"the UDP probe's receiver did not start: "
+                             f"{recv.stderr.read().strip()[-300:]}")
+        send = subprocess.run(_netns(src_ns, [*py, _SENDER, dst_address, port]),
+                              input=token + "\n" + json.dumps(plan) + "\n",
+                              capture_output=True, text=True, timeout=timeout_s + 10)
+        if send.returncode != 0:
+            raise TracrError(f"the UDP probe's sender failed: {send.stderr.strip()[-300:]}")
+        out, err = recv.communicate(timeout=timeout_s + 10)
+    except subprocess.TimeoutExpired:
+        raise TracrError(f"the UDP probe to {dst_address} did not finish within "
+                         f"{timeout_s + 10:.0f} s (is the link emulator alive? "
+                         "'tracr lab ls')") from None
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait()
+    try:
+        got = json.loads(out.strip().splitlines()[-1])
+        sent = json.loads(send.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise TracrError(f"the UDP probe returned nothing useful: {err.strip()[-300:]}") from exc
+    return {**sent, **got}
+
+
+def skip_count(n: int, rate_Bps: float | None) -> int:
+    """How many of a message's ``n`` datagrams to leave out of its goodput: a tenth, and at
+    least what the link sends in 3 ms (tbf lets its bucket, 2 ms of traffic, through at
+    once), keeping 3 at least."""
+    burst = math.ceil(0.003 * rate_Bps / FRAME) if rate_Bps else 0
+    return max(1, min(max(int(0.1 * n), burst), n - 4))
+
+
+def message_goodput(arrivals: list, skip: int) -> float | None:
+    """Payload bytes/s of one message from its datagrams' arrivals ``[(index, t, bytes)]``
+    (kernel receive times): from the ``skip``-th arrival to the last, so a shaper's
+    initial burst does not count. None with too few datagrams."""
+    rows = sorted(arrivals, key=lambda r: r[1])
+    k = max(1, skip)
+    if len(rows) - k < 3:
+        return None
+    span = rows[-1][1] - rows[k - 1][1]
+    return sum(r[2] for r in rows[k:]) / span if span > 0 else None

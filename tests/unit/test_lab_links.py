@@ -1,0 +1,107 @@
+"""The lab link's mechanism choice, netem arguments, timeline and verify's arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app_api.lab import links, network, timeline, verify
+from app_api.lab.pipe import LinkConfig
+from experiment_design.errors import TracrError
+
+
+@pytest.fixture
+def netem(monkeypatch):
+    def have(value: bool):
+        monkeypatch.setitem(network._QDISC_CACHE, "netem", value)
+    return have
+
+
+def _spec(**kw):
+    return links.link_spec(["lab-1", "lab-2"], links.direction_config(**kw))
+
+
+def test_mechanism_by_what_is_asked_and_what_the_kernel_has(netem):
+    netem(False)
+    assert links.choose_mechanism(_spec()) is None
+    assert links.choose_mechanism(_spec(bandwidth="16Mbit")) == "tbf"
+    assert links.choose_mechanism(_spec(bandwidth="16Mbit", delay="20ms", loss="1%")) == "user"
+    assert links.choose_mechanism(_spec(bandwidth="16Mbit"), "user") == "user"
+    with pytest.raises(TracrError, match="no netem"):
+        links.choose_mechanism(_spec(delay="20ms"), "netem")
+    netem(True)
+    assert links.choose_mechanism(_spec(delay="20ms")) == "netem"
+    assert links.choose_mechanism(_spec(bandwidth="1MB/s", trace="walk")) == "user"
+    ingress = links.link_spec(["lab-1"], LinkConfig(), {("lab-1", "down"):
+                                                         links.direction_config(delay="5")})
+    assert links.choose_mechanism(ingress) == "user"
+    with pytest.raises(TracrError, match="egress"):
+        links.choose_mechanism(ingress, "netem")
+
+
+def test_netem_arguments():
+    cfg = links.direction_config(bandwidth="16Mbit", delay="20ms", jitter="2ms",
+                                 jitter_dist="normal", loss="1%")
+    assert links.netem_args(cfg)[:9] == ["netem", "delay", "20ms", "2ms", "distribution",
+                                         "normal", "loss", "random", "1%"]
+    assert "16000000bit" in links.netem_args(cfg)
+    ge = links.netem_args(links.direction_config(loss_model="ge:1%,30%"))
+    assert ge[1:7] == ["loss", "gemodel", "1%", "30%", "100%", "0%"]
+
+
+def test_time_and_overrides():
+    assert links.parse_ms("20ms", "d") == 20
+    assert links.parse_ms("0.5s", "d") == 500
+    assert links.parse_ms(3, "d") == 3
+    with pytest.raises(TracrError):
+        links.parse_ms("soon", "d")
+    spec = links.link_spec(["lab-1", "lab-2"], LinkConfig(delay_ms=20),
+                           {("lab-2", "down"): LinkConfig(loss=0.02)})
+    assert spec["lab-1"]["up"].delay_ms == 20 and spec["lab-2"]["down"].loss == 0.02
+    with pytest.raises(TracrError, match="no link lab-3"):
+        links.link_spec(["lab-1"], LinkConfig(), {("lab-3", "up"): LinkConfig()})
+    assert links.describe(LinkConfig(rate_Bps=2e6, delay_ms=20, loss=0.01)) == \
+        "2 MB/s (16 Mbit/s), 20 ms, loss 1%"
+
+
+def test_timeline_state_at_the_start_then_each_change(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [{"t": 10.0, "link": "lab-1", "dir": "up", "event": "start", "rate_Bps": 1e6},
+            {"t": 15.0, "link": "lab-1", "dir": "up", "event": "step", "rate_Bps": 2e6},
+            {"t": 25.0, "link": "lab-1", "dir": "up", "event": "step", "rate_Bps": 3e6},
+            {"t": 40.0, "link": "lab-1", "dir": "up", "event": "step", "rate_Bps": 4e6}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{\"t\": 41, cut")
+    got = timeline.link_timeline(20.0, 30.0, path)
+    assert [(r["t"], r["rate_Bps"], r["event"]) for r in got] == [
+        (20.0, 2e6, "in effect"), (25.0, 3e6, "step")]
+    csv = timeline.to_csv(got)
+    assert csv.splitlines()[0].startswith("t,link,dir,event")
+    assert len(csv.splitlines()) == 3
+
+
+def test_binomial_interval_and_loss_check():
+    lo, hi = verify.binomial_interval(10_000, 0.01)
+    assert (lo, hi) in {(80, 120), (81, 120), (80, 119), (81, 119)}
+    assert verify.binomial_interval(10_000, 0.0) == (0, 0)
+    # bursty loss: the same mean, a wider interval
+    glo, ghi = verify.loss_interval(10_000, LinkConfig(ge=(0.01 / 0.99 * 0.3, 0.3, 0.0, 1.0)))
+    assert glo < lo and ghi > hi
+
+
+def test_a_failed_verify_refuses_a_run_unless_forced():
+    rows = [{"check": "round trip", "link": "lab-1 <-> lab-2", "configured": 40,
+             "measured": 55.0, "ok": False, "note": ""}]
+    state = {"hosts": [], "verify": {"ok": False, "rows": rows}}
+    with pytest.raises(TracrError, match="configured 40, measured 55.0"):
+        verify.require_verified(state)
+    assert verify.require_verified(state, force=True)["ok"] is False
+    assert verify.require_verified({"hosts": []}) is None
+
+
+def test_a_dead_emulator_is_named():
+    state = {"hosts": [], "emulator": {"pid": 2**22 + 12345, "log": "/x/emulator.log"}}
+    dead = verify.lab_health(state)
+    assert len(dead) == 1 and "link emulator (pid" in dead[0] and "cut off" in dead[0]
+    with pytest.raises(TracrError, match="link emulator"):
+        verify.require_verified(state)
