@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 #: how long a blocked queue hand-off waits before it looks at the stop flag again
 _POLL_S = 0.1
+#: how long an idle relay sleeps before it looks at the stop flag again (a request sent
+#: on wakes it at once: this only bounds how often an idle stage's thread runs)
+_IDLE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -327,7 +330,7 @@ class ChainServer:
         while not stop.is_set() and not getattr(down, "closed", False):
             with self._owes:
                 if not self.owed.get(name):
-                    self._owes.wait(_POLL_S)
+                    self._owes.wait(_IDLE_S)
                     continue
             try:
                 header, tensors, _ = down.recv()
