@@ -159,34 +159,6 @@ def netem_available() -> bool:
     return have
 
 
-def shaping_plan(rate_Bps: float | None, delay_ms: float | None) -> dict:
-    """The qdisc and its arguments for a rate/delay, chosen by what the kernel offers."""
-    if rate_Bps is None and not delay_ms:
-        return {"qdisc": None, "args": []}
-    if netem_available():
-        args = ["netem"]
-        if delay_ms:
-            args += ["delay", f"{float(delay_ms):g}ms"]
-        if rate_Bps is not None:
-            args += ["rate", f"{int(round(rate_Bps * 8))}bit"]
-            # the same queue depth as tbf's, in packets: deep enough that TCP loses none
-            args += ["limit", str(max(100, int(tbf_params(rate_Bps)["limit"] / 1514) + 10))]
-        return {"qdisc": "netem", "args": args}
-    if delay_ms:
-        raise TracrError(
-            "delay unsupported on this kernel (no netem qdisc)",
-            hint="drop --delay (rate shaping works with tbf), or load sch_netem "
-            "(modprobe sch_netem; on some distributions: kernel-modules-extra)",
-        )
-    params = tbf_params(rate_Bps)
-    return {
-        "qdisc": "tbf",
-        "args": params["args"],
-        "burst": params["burst"],
-        "limit": params["limit"],
-    }
-
-
 def apply_shaping(h: dict, plan: dict) -> None:
     """Put ``plan`` on host ``h``'s egress, replacing whatever shaping was there."""
     base = ["ip", "netns", "exec", h["ns"], "tc", "qdisc"]

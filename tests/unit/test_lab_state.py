@@ -138,20 +138,25 @@ def test_create_writes_period(tmp_path, monkeypatch):
     assert (path / "cpu.max").read_text() == "2500 10000"
 
 
-def test_delay_without_netem_is_a_clear_error(monkeypatch):
+def test_delay_without_netem_goes_to_the_link_emulator(monkeypatch):
+    from app_api.lab import links
+
     monkeypatch.setitem(network._QDISC_CACHE, "netem", False)
-    with pytest.raises(TracrError, match="delay unsupported on this kernel"):
-        network.shaping_plan(4e6, 10)
-    plan = network.shaping_plan(4e6, None)
-    assert plan["qdisc"] == "tbf" and plan["args"][:3] == ["tbf", "rate", "32000000bit"]
-    assert network.shaping_plan(None, None) == {"qdisc": None, "args": []}
+    spec = links.link_spec(["lab-1"], links.direction_config(bandwidth="4MB/s", delay="10"))
+    assert links.choose_mechanism(spec) == "user"
+    plain = links.link_spec(["lab-1"], links.direction_config(bandwidth="4MB/s"))
+    assert links.choose_mechanism(plain) == "tbf"
+    assert links.choose_mechanism(links.link_spec(["lab-1"], links.direction_config())) is None
 
 
 def test_netem_plan_when_available(monkeypatch):
+    from app_api.lab import links
+
     monkeypatch.setitem(network._QDISC_CACHE, "netem", True)
-    plan = network.shaping_plan(4e6, 10)
-    assert plan["qdisc"] == "netem"
-    assert plan["args"][:5] == ["netem", "delay", "10ms", "rate", "32000000bit"]
+    spec = links.link_spec(["lab-1"], links.direction_config(bandwidth="4MB/s", delay="10"))
+    assert links.choose_mechanism(spec) == "netem"
+    assert links.netem_args(spec["lab-1"]["up"])[:5] == ["netem", "delay", "10ms", "rate",
+                                                         "32000000bit"]
 
 
 def test_host_names():
