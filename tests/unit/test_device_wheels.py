@@ -159,44 +159,47 @@ def test_bootstrap_unpacks_the_shipped_wheels_into_its_temp_venv(tmp_path):
     assert got[0] == "shipped" and got[1].startswith(os.path.join(boot["dir"], "venv"))
 
 
-# Imports every device-side module (what any participant may import), then lists the
-# top-level modules that came from outside the standard library and this repository.
+# What a device has: the standard library, torch and what it brings, what deploy ships.
+# The child's sys.path keeps the standard library and this checkout and trades the
+# observer's site-packages for a folder of links to exactly those packages, as on a bare
+# device (optional imports, such as blosc2's of click where it is installed, then take
+# their fallback); every device-side module is imported, and a compressing codec and the
+# data path's cipher run once.
 IMPORTS = textwrap.dedent("""
-    import importlib, json, pkgutil, sys, sysconfig
+    import importlib, pkgutil, sys
+    sys.path = [p for p in sys.path if "-packages" not in p] + [sys.argv[1]]
+    importlib.invalidate_caches()
     import experiment_design, MyDatasets
     for pkg in (experiment_design, MyDatasets):
         for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
             importlib.import_module(mod.name)
-    from experiment_design.transport import codec
-    codec.encode_tensor  # noqa
-    import blosc2  # what a compressing codec imports when it first runs
-    std = sysconfig.get_paths()["stdlib"]
-    tops = set()
-    for name, m in list(sys.modules.items()):
-        f = getattr(m, "__file__", None) or ""
-        if "site-packages" in f or "dist-packages" in f:
-            tops.add(name.split(".")[0])
-    print(json.dumps(sorted(tops)))
+    import blosc2, numpy
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    packed = blosc2.compress2(numpy.arange(1000, dtype="f4"), codec=blosc2.Codec.ZSTD)
+    AESGCM(AESGCM.generate_key(128)).encrypt(b"0" * 12, packed, None)
+    print(sorted(m for m in sys.modules if "-packages" in (getattr(sys.modules[m], "__file__",
+                                                                   None) or "")))
 """)
 
 
-def test_device_deps_cover_what_a_participant_imports():
-    """Every package a device-side module imports is torch's (or its dependencies'),
-    shipped in the bundle (rpyc), or one the wheel cache ships (DEVICE_DEPS)."""
-    from importlib.metadata import packages_distributions
+def test_device_deps_cover_what_a_participant_imports(tmp_path):
+    """With only the standard library, torch's dependency closure, rpyc and the packages
+    of DEVICE_DEPS to import from, every device-side module imports and blosc2 and the
+    cipher work: what a participant needs beyond torch is what deploy ships."""
+    from importlib.metadata import distribution
 
     from app_api.launch.bundle import PURE_DEPS
     from tests.integration.test_device_bare import torch_closure
 
-    cp = subprocess.run([sys.executable, "-c", IMPORTS], cwd=REPO, capture_output=True,
-                        text=True, timeout=300)  # fmt: skip
-    assert cp.returncode == 0, cp.stderr
-    dists = packages_distributions()
-    torch_side = {name.removesuffix(".py") for _, name in torch_closure()}
-    shipped = {m for g in DEVICE_DEPS.values() for mods in g.values() for m in mods}
-    outside = [m for m in json.loads(cp.stdout)
-               if m not in torch_side and m not in shipped and m not in PURE_DEPS
-               and m not in ("experiment_design", "MyDatasets")
-               and not m.startswith(("__editable__", "_distutils_hack"))]  # site's own hooks
-    assert not outside, (f"device-side code imports {outside} "
-                         f"({[dists.get(m) for m in outside]}): add them to DEVICE_DEPS")
+    tops = set(torch_closure())
+    for dist in [*(d for g in DEVICE_DEPS.values() for d in g), *PURE_DEPS]:
+        found = distribution(dist)
+        tops |= {(str(found.locate_file(f.parts[0])), f.parts[0]) for f in found.files
+                 if f.parts[0] not in ("..", "__pycache__")}  # fmt: skip
+    for src, name in tops:
+        (tmp_path / name).symlink_to(src)
+    cp = subprocess.run([sys.executable, "-c", IMPORTS, str(tmp_path)], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert cp.returncode == 0, ("a device-side import needs a package that is neither "
+                                f"torch's nor shipped: add it to DEVICE_DEPS\n{cp.stderr}")
+    assert "-packages" not in cp.stdout  # nothing came from the observer's site-packages
