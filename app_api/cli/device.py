@@ -157,7 +157,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     devices = [reg.get(n) for n in names]  # unknown names fail before any probe
     results = {}
     for dev in devices:
-        dev.last_check = _probe_any(dev)
+        dev.last_check = _kept(dev.last_check, _probe_any(dev))
         results[dev.name] = dev.last_check
         if not dev.builtin:
             reg.add(dev)
@@ -175,6 +175,14 @@ def cmd_check(args: argparse.Namespace) -> int:
                 print(_deps_line(name, rep))
     covered = all(not rep or not rep["uncached"] for rep in deps.values())
     return 0 if covered and all(r.get("status") == "ok" for r in results.values()) else 1
+
+
+def _kept(old: dict | None, fresh: dict) -> dict:
+    """``fresh``, with the platform and modules of ``old`` when the device could not be
+    asked (offline): what it lacks, as of its last check that reached it."""
+    if fresh.get("platform") or not (old or {}).get("platform"):
+        return fresh
+    return {**fresh, "platform": old["platform"], "modules": old.get("modules")}
 
 
 def _deps_line(name: str, rep: dict) -> str:
@@ -199,13 +207,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     reg = DeviceRegistry.load()
     devices = [reg.get(n) for n in (args.names or reg.names()) if n != "localhost"]
     for dev in devices:
-        fresh = _probe_any(dev)
-        if fresh.get("platform") or not dev.last_check:  # offline: what it said last time
-            dev.last_check = fresh
-            reg.add(dev)
+        dev.last_check = _kept(dev.last_check, _probe_any(dev))
+        reg.add(dev)
         rep = deps_report(dev.last_check)
         if rep is None:
-            raise TracrError(f"{dev.name}: no platform recorded ({fresh.get('status')}).",
+            raise TracrError(f"{dev.name}: no platform recorded ({dev.last_check.get('status')}).",
                              hint=f"tracr device check {dev.name} once the device is reachable")
         platform = DevicePlatform.from_facts(dev.last_check["platform"])
         lines = pip_download(platform, rep["lacks"])
