@@ -462,6 +462,11 @@ class PollReply(Message):
     logs: list[dict] = field(default_factory=list)
     #: the partitioner's decision once the task ended (an adaptive one's final word)
     decision: dict | None = None
+    #: the metrics sampler's samples since the last poll (``runtime/sampler.py``: memory,
+    #: CPU, throttling, frequency, energy readings), and its sources, energy collectors and
+    #: reference timings whenever they changed
+    metrics: list[dict] = field(default_factory=list)
+    metrics_info: dict | None = None
 
     @property
     def finished(self) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app_api.results import CONFIGS_FILE, ResultsWriteError, build_summary
 from app_api.results.fidelity import codec_summary
+from app_api.results.metrics import metrics_summary, write_metrics
 from app_api.results.summary import rows_of_transport
 from app_api.runner.evaluate import evaluate_run, measurement_noise, pair_noise, pair_samples
 from app_api.runner.pipeline import pipeline_summary
@@ -67,6 +68,7 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
     ok = not state.errors and not failed_rows and not interrupted and reason is None
     t = state.times
     state.extra.update(pipeline_summary(state.configs))
+    state.extra.update(run_metrics(state, w))
     summary = build_summary(
         w.rows,
         transport=run_transport(state, w.rows),
@@ -128,6 +130,21 @@ def add_budget(state: RunState, summary: dict, run_dir: Path, rows: list[dict]) 
     except Exception as exc:  # the run's own results first
         log.warning("latency budget not read: %s", exc)
         summary.setdefault("warnings", []).append(f"latency budget not read: {exc}")
+
+
+def run_metrics(state: RunState, w) -> dict:
+    """summary.json ``metrics``, ``machine_drift`` and ``model_memory`` from the
+    participants' samplers and the model profile, and ``metrics.csv``; a failure here is a
+    warning, never the run's results lost."""
+    try:
+        profile = next((i.profile for i in state.infos.values() if i and i.profile), None)
+        out = metrics_summary(state.metrics, w.rows, profile)
+        write_metrics(w.dir, state.metrics)
+    except Exception as exc:
+        log.warning("metrics summary failed: %s", exc)
+        return {"warnings": [*state.extra.get("warnings", []),
+                             f"metrics summary failed: {exc}"]}
+    return out
 
 
 def run_transport(state: RunState, rows: list[dict]) -> str | None:

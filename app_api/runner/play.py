@@ -153,6 +153,7 @@ class Playbook:
                                            for c in st.configs])
         for rec in st.logs:
             self.state.view.log(inst, host, rec)
+        self.state.metrics.add(inst, st.metrics, st.metrics_info)
         if st.decision and self.state.partitioners.get(inst):
             self.state.partitioners[inst]["decision"] = st.decision  # the final word
 

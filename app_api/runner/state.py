@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from app_api.launch import ParticipantHandle, ParticipantLost
 from app_api.launch.base import STARTUP_TIMEOUT_S
+from app_api.results.metrics import MetricsLog
 from app_api.runner.client import ParticipantClient
 from app_api.runner.facts import LabFacts
 from app_api.runner.progress import ProgressView
@@ -64,6 +65,8 @@ class RunState:
     partitioners: dict[str, dict | None] = field(default_factory=dict)
     #: measured configurations of a chain (``configs.csv`` rows with their ``stages``)
     configs: list[dict] = field(default_factory=list)
+    #: the participants' samplers' samples and facts (``metrics.csv``, summary ``metrics``)
+    metrics: MetricsLog = field(default_factory=MetricsLog)
     #: start-up measurements to score the manifest's ``evaluate.partitioners`` with
     eval_ctx: dict | None = None
     #: the start-up profiles partitioners decided from, by participant (``profiles.json``)

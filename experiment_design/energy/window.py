@@ -53,6 +53,23 @@ class EnergyFigure:
         return out
 
 
+def combine(parts: Sequence[EnergyFigure], *, min_samples: int = MIN_SAMPLES
+            ) -> EnergyFigure:
+    """One figure for a window made of several pieces (a split's blocks of inferences):
+    joules and bounds added, samples counted over all of them."""
+    if not parts:
+        raise ValueError("no pieces to combine")
+    first = parts[0]
+    n = sum(p.samples for p in parts)
+    window = sum(p.window_s for p in parts)
+    base = dict(method=first.method, label=first.label, samples=n, window_s=window)
+    if n < min_samples or any(p.status != "ok" for p in parts):
+        return EnergyFigure(status="insufficient", **base,
+                            reason=f"{n} samples in the window, {min_samples} needed")
+    return EnergyFigure(status="ok", joules=sum(p.joules for p in parts),
+                        low=sum(p.low for p in parts), high=sum(p.high for p in parts), **base)
+
+
 def _interp(ts: Sequence[float], vs: Sequence[float], t: float) -> float:
     """The counter at ``t``: linear between its neighbours, held at the ends."""
     i = bisect_left(ts, t)
@@ -74,9 +91,19 @@ def integrate(ts: Sequence[float], vs: Sequence[float], kind: str, t0: float, t1
     lo_i, hi_i = bisect_left(ts, t0), bisect_right(ts, t1)
     n = hi_i - lo_i
     base = dict(method=method, label=label, samples=n, window_s=max(0.0, t1 - t0))
-    if t1 <= t0 or n < min_samples:
+    if t1 <= t0 or n < min_samples or not ts:
         return EnergyFigure(status="insufficient", **base,
                             reason=f"{n} samples in the window, {min_samples} needed")
+    if n == 0:  # a piece of a longer window between two samples: bracketed by them
+        before, after = vs[max(lo_i - 1, 0)], vs[min(hi_i, len(vs) - 1)]
+        dt = t1 - t0
+        if kind == "counter":
+            joules = _interp(ts, vs, t1) - _interp(ts, vs, t0)
+            return EnergyFigure(status="ok", joules=joules, low=0.0,
+                                high=max(after - before, joules), **base)
+        mid = _interp(ts, vs, (t0 + t1) / 2)
+        return EnergyFigure(status="ok", joules=mid * dt, low=min(before, after) * dt,
+                            high=max(before, after) * dt, **base)
     if kind == "counter":
         joules = _interp(ts, vs, t1) - _interp(ts, vs, t0)
         low = vs[hi_i - 1] - vs[lo_i]

@@ -123,6 +123,7 @@ class ParticipantService(rpyc.Service):
         self._changed = threading.Condition(self._lock)
         self._connections = 0
         self._inflight = 0
+        self.sampler: Any = None  # runtime/sampler.py, started at set-up
 
     # ----- lifecycle --------------------------------------------------------------------------
     def on_connect(self, conn: Any) -> None:
@@ -147,6 +148,8 @@ class ParticipantService(rpyc.Service):
         """Release sockets and threads; subclasses extend."""
         self.stop_event.set()
         self.finish_event.set()
+        if self.sampler is not None:
+            self.sampler.stop()
 
     # ----- records ----------------------------------------------------------------------------
     def emit_record(self, row: InferenceRecord, layers: list[LayerRecord] = ()) -> None:
@@ -288,6 +291,11 @@ class ParticipantService(rpyc.Service):
         if found:
             log.info("heap settled: %d objects frozen, %d left to the collector (collect "
                      "%.0f ms)", found["frozen"], found["tracked"], found["collect_ms"])
+        from experiment_design.runtime.sampler import start_sampler
+
+        if self.sampler is not None:
+            self.sampler.stop()
+        self.sampler = start_sampler(config.settings or {}, self.device)
         return self.setup_info
 
     @control(GraphPlan)
@@ -404,6 +412,8 @@ class ParticipantService(rpyc.Service):
             log.error("task %s failed: %s", task.name, exc)
             log.debug("%s", traceback.format_exc())
             state, error = "failed", f"{type(exc).__name__}: {exc}"
+        if self.sampler is not None:  # the machine's speed at the task's end, off its clock
+            self.sampler.reference("task-end")
         with self._changed:
             self._state, self._error = state, error
             self._changed.notify_all()
@@ -427,6 +437,8 @@ class ParticipantService(rpyc.Service):
         if out.finished:
             out.decision = self.final_decision()
         out.logs = self.logs.drain() if self.logs is not None else []
+        if self.sampler is not None:
+            out.metrics, out.metrics_info = self.sampler.drain(), self.sampler.info()
         return out
 
     def final_decision(self) -> dict | None:

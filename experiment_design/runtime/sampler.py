@@ -236,3 +236,16 @@ class Sampler:
                                   f"median of {REFERENCE_REPEATS}", "runs": refs},
             "dropped": self.dropped,
         }
+
+
+def start_sampler(settings: dict, device: Any = None) -> Sampler | None:
+    """The participant's sampler as its ``settings`` ask (``sampler_ms``: the period, 0 for
+    none; ``energy``: the collectors, see :func:`energy_collectors`), started, with its
+    first reference timing taken; None when ``sampler_ms`` is 0."""
+    ms = settings.get("sampler_ms", INTERVAL_S * 1e3)
+    if not ms:
+        return None
+    cuda = device if str(device).startswith("cuda") else None
+    s = Sampler(float(ms) / 1e3, energy_collectors(settings.get("energy")), cuda=cuda).start()
+    s.reference("setup")
+    return s

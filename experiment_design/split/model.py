@@ -253,12 +253,16 @@ class SplitModel:
         return max_abs_diff(out, ref)
 
     def profile(self) -> list[dict]:
-        """Plain-JSON rows: LayerInfo fields plus ``crossing_bytes`` of cut k=index."""
+        """Plain-JSON rows: LayerInfo fields plus ``crossing_bytes`` of cut k=index and
+        ``activation_bytes``: the bytes of every activation alive once layer k has run (each
+        tensor made at or before k that a later layer reads, skip connections and the input
+        included), which is what a cut there must hold and send: the crossing bytes."""
         rows = []
         for info in self.layers:
             row = info.to_dict()
             point = self.points[info.index]
             row["crossing_bytes"] = point.crossing_bytes
+            row["activation_bytes"] = point.crossing_bytes
             row["valid"] = point.valid
             rows.append(row)
         return rows

@@ -1,0 +1,137 @@
+"""The participants' samples summarised: peak RSS per split, CPU, throttling, energy per
+inference (or why not), the machine's drift, and the model's activation bytes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app_api.results import read_csv
+from app_api.results.metrics import MetricsLog, metrics_summary, write_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _info(rapl_reason: str = "no powercap tree") -> dict:
+    return {
+        "interval_ms": 50.0, "cpus": 2, "peak_method": "VmHWM reset per sample",
+        "sources": {"memory": "/proc", "cpu": "os.times", "frequency": "sysfs",
+                    "throttling": "/sys/fs/cgroup/lab/cpu.stat"},
+        "energy": {
+            "rapl": {"method": "rapl", "label": "measured", "kind": "counter",
+                     "status": "unsupported", "reason": rapl_reason},
+            "nvml": {"method": "nvml", "label": "measured", "kind": "counter",
+                     "status": "supported"},
+            "estimate": {"method": "estimate", "label": "estimated", "kind": "power",
+                         "idle_w": 2.0, "max_w": 6.0, "source": "datasheet",
+                         "status": "supported"},
+        },
+        "reference": {"work": "mm", "runs": [{"at": "setup", "ms": 2.0},
+                                             {"at": "task-end", "ms": 2.1}]},
+    }
+
+
+def _log() -> tuple[MetricsLog, list[dict]]:
+    """4 s of samples at 50 ms; split 3 for 2 s (10 inferences), then split 7 for 2 s, with
+    a 200 MB peak between two samples during split 7 and a 10 W GPU."""
+    samples = []
+    for i in range(81):
+        t = 100.0 + i * 0.05
+        rss = 500_000
+        hwm = 700_000 if i == 60 else rss
+        samples.append({"t_unix": t, "rss_kb": rss, "hwm_kb": hwm, "cpu_s": 0.5 * (t - 100),
+                        "freq_mhz": 1500.0 + i, "nr_throttled": i // 10,
+                        "throttled_us": 1000.0 * i, "nvml_j": 10.0 * (t - 100),
+                        "estimate_w": 4.0})
+    rows = []
+    for n in range(20):
+        rows.append({"inference": n, "split": 3 if n < 10 else 7, "t_unix": 100.0 + n * 0.2,
+                     "e2e_ms": 150.0})
+    rows.append({"inference": 20, "split": 7, "error": "boom"})  # failed: not counted
+    log = MetricsLog()
+    log.add("edge-1", samples[:40], _info())
+    log.add("edge-1", samples[40:], None)
+    return log, rows
+
+
+def test_peak_rss_per_split_catches_the_peak_between_samples():
+    log, rows = _log()
+    m = metrics_summary(log, rows)["metrics"]["edge-1"]
+    mem = m["memory"]
+    assert mem["peak_rss_kb"] == 700_000
+    assert mem["per_split_peak_rss_kb"] == {"3": 500_000, "7": 700_000}
+    assert "VmHWM reset per sample" in mem["per_split_method"]
+
+
+def test_cpu_throttling_and_frequency_over_the_inferences():
+    log, rows = _log()
+    m = metrics_summary(log, rows)["metrics"]["edge-1"]
+    assert m["inferences"] == 20
+    assert m["cpu"]["utilization_cores"] == pytest.approx(0.5, abs=0.01)
+    assert m["cpu"]["utilization_share"] == pytest.approx(0.25, abs=0.01)
+    assert m["cpu"]["frequency"]["source"] == "sysfs"
+    thr = m["throttling"]
+    assert thr["throttled_ms"] == pytest.approx(78.0, abs=2.0)  # 1 ms per sample
+    assert thr["throttled_ms_per_inference"] == pytest.approx(thr["throttled_ms"] / 20)
+
+
+def test_energy_per_inference_names_its_method_and_never_invents_a_number():
+    log, rows = _log()
+    e = metrics_summary(log, rows)["metrics"]["edge-1"]["energy"]
+    assert e["rapl"]["status"] == "unsupported" and e["rapl"]["reason"] == "no powercap tree"
+    assert "j_per_inference" not in e["rapl"]
+    # 10 W over the window (100.0 .. 103.95 s) shared by 20 inferences
+    assert e["nvml"]["status"] == "ok" and e["nvml"]["label"] == "measured"
+    assert e["nvml"]["j_per_inference"] == pytest.approx(10.0 * 3.95 / 20)
+    lo, hi = e["nvml"]["interval"]
+    assert lo <= e["nvml"]["j_per_inference"] <= hi
+    assert e["estimate"]["label"] == "estimated" and e["estimate"]["source"] == "datasheet"
+    assert e["estimate"]["j_per_inference"] == pytest.approx(4.0 * 3.95 / 20)
+
+
+def test_energy_per_split_needs_twenty_samples_per_split():
+    log, rows = _log()
+    per = metrics_summary(log, rows)["metrics"]["edge-1"]["energy_per_split"]["nvml"]
+    assert per["3"]["status"] == "ok" and per["3"]["samples"] >= 20
+    assert per["3"]["j_per_inference"] == pytest.approx(10.0 * 1.95 / 10, rel=0.05)
+    short = [r for r in rows if r.get("split") == 3][:3]
+    per = metrics_summary(log, short)["metrics"]["edge-1"]["energy_per_split"]["nvml"]
+    assert per["3"]["status"] == "insufficient" and "20 needed" in per["3"]["reason"]
+
+
+def test_the_machine_drift_is_stated():
+    log, rows = _log()
+    s = metrics_summary(log, rows)
+    assert s["metrics"]["edge-1"]["reference"]["drift_pct"] == pytest.approx(5.0)
+    assert s["machine_drift"]["max_pct"] == pytest.approx(5.0)
+
+
+def test_metrics_csv_holds_every_sample_with_its_energy_columns(tmp_path):
+    log, _ = _log()
+    path = write_metrics(tmp_path, log)
+    rows = read_csv(path)
+    assert len(rows) == 81 and rows[0]["instance"] == "edge-1"
+    assert {"rss_kb", "hwm_kb", "throttled_us", "nvml_j", "estimate_w"} <= set(rows[0])
+    assert write_metrics(tmp_path / "none", MetricsLog()) is None
+
+
+def test_activation_bytes_in_the_profile_equal_what_model_splits_reports():
+    """Per layer k: the activation bytes alive after it (the model profile, what a run's
+    summary carries as model_memory) equal ``tracr model splits``' crossing bytes."""
+    from experiment_design.split import build_split_model
+
+    proc = subprocess.run([sys.executable, "app.py", "model", "splits", "alexnet", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cli = {r["index"]: r["crossing_bytes"] for r in json.loads(proc.stdout)}
+    profile = build_split_model("alexnet", seed=0).profile()
+    assert len(profile) == len(cli) - 1  # cut 0 (the input) has no layer
+    for row in profile:
+        assert row["activation_bytes"] == cli[row["index"]], row["name"]
+    mem = metrics_summary(MetricsLog(), [], profile)["model_memory"]
+    assert mem["activation_bytes"] == {str(k): v for k, v in cli.items() if k}
+    assert mem["param_bytes"] == sum(r["param_bytes"] for r in profile)
