@@ -100,6 +100,8 @@ def clock_for(phases: Mapping, timeline: LinkTimeline | None) -> tuple[TraceCloc
         return clock, "the link trace's own clock (timeline)"
     sweep = phases.get("sweep") or [None, None]
     period = (sweep[1] - sweep[0]) if sweep[0] is not None and sweep[1] is not None else None
+    if period and phases.get("adaptive") == sweep:  # interleaved: one stretch of time
+        period = None
     t0 = sweep[0] if sweep[0] is not None else (phases.get("adaptive") or [0.0])[0]
     return TraceClock(float(t0), period or None), "each phase from its start (no trace)"
 
@@ -126,7 +128,8 @@ def adaptive_summary(summary: dict, rows: Sequence[Mapping], run_dir: Path | Non
                  "phases": dec.get("phases"), "switches": len(dec.get("switches") or []),
                  "probes": dec.get("probes"), "initial": dec.get("initial"),
                  "log_rows": len(log_rows), "timeline": bool(line),
-                 "link": (timeline[0].get("link"), timeline[0].get("dir")) if timeline else None}
+                 "link": (timeline[0].get("link"), timeline[0].get("dir")) if timeline else None,
+                 "sweep_ids": dec.get("sweep_ids")}
     phases = dec.get("phases") or {}
     if not phases.get("sweep"):
         out["hindsight"] = {"error": "no sweep phase (partitioner.params.sweep_s is 0)"}
@@ -135,7 +138,8 @@ def adaptive_summary(summary: dict, rows: Sequence[Mapping], run_dir: Path | Non
     clock, how = clock_for(phases, line)
     scored = score(rows, phases, clock, float(cfg.get("interval_s") or DEFAULT_INTERVAL_S),
                    int(cfg.get("min_samples") or 2),
-                   rate_of=line.rate_at if line is not None else None)
+                   rate_of=line.rate_at if line is not None else None,
+                   sweep_ids=dec.get("sweep_ids"))
     scored["aligned_by"] = how
     scored["clock"] = {"t0": clock.t0, "period_s": clock.period_s}
     out["hindsight"] = scored

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from app_api.results.adaptive import ADAPTIVE_FILE
-from app_api.results.hindsight import TraceClock
+from app_api.results.hindsight import TraceClock, in_ranges
 from app_api.results.store import read_csv
 
 LINK_FILE = "link.csv"
@@ -35,9 +35,11 @@ def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
         return None
     run_dir = Path(run_dir)
     t0, t1 = float(bounds[0]), float(bounds[1] or bounds[0])
+    ids = sorted(block.get("sweep_ids") or [])
     rows = [r for r in read_csv(run_dir / "inferences.csv")
             if not r.get("error") and _num(r.get("t_unix")) is not None
-            and t0 <= float(r["t_unix"]) <= t1 and _num(r.get("e2e_ms")) is not None]
+            and t0 <= float(r["t_unix"]) <= t1 and _num(r.get("e2e_ms")) is not None
+            and not (ids and in_ranges(int(r["inference"]), ids))]
     events = read_csv(run_dir / ADAPTIVE_FILE) if (run_dir / ADAPTIVE_FILE).exists() else []
     link = read_csv(run_dir / LINK_FILE) if (run_dir / LINK_FILE).exists() else []
     if block.get("link") and link and "link" in link[0]:  # the edge's egress only
@@ -93,7 +95,8 @@ def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
                 alpha=0.6, label="end-to-end latency (left)")
     bottom.set_ylabel("end-to-end latency (ms)")
     bottom.set_ylim(bottom=0)
-    bottom.set_xlabel("time since the adaptive phase began (s)")
+    bottom.set_xlabel("time since the adaptive phase began (s)" + (
+        "; interleaved with the sweep's blocks" if ids else ""))
     bottom.grid(True, alpha=0.25)
     right = bottom.twinx()
     right.step(xs, [int(r["split"]) for r in rows], where="post", color="#55a868", lw=1.6,

@@ -25,6 +25,7 @@ medians as the issue asks; a mean over a few slow outliers would favour the swee
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,13 +60,23 @@ def _mid(row: Mapping) -> float | None:
     return None if t is None or e2e is None else t + e2e / 2e3
 
 
-def phase_rows(rows: Iterable[Mapping], bounds: Sequence[float | None] | None) -> list[dict]:
-    """The successful rows that started within ``bounds`` ([start, end] wall time)."""
+def in_ranges(i: int, ranges: Sequence[Sequence[int]]) -> bool:
+    """Whether inference id ``i`` is in one of the sorted ``[first, last]`` ``ranges``."""
+    j = bisect.bisect_right([r[0] for r in ranges], i) - 1
+    return j >= 0 and i <= ranges[j][1]
+
+
+def phase_rows(rows: Iterable[Mapping], bounds: Sequence[float | None] | None,
+               ids: Sequence[Sequence[int]] | None = None, inside: bool = True) -> list[dict]:
+    """The successful rows that started within ``bounds`` ([start, end] wall time); with
+    ``ids`` (``[first, last]`` inference id ranges) only those in them (``inside``) or only
+    those not."""
     if not bounds or bounds[0] is None:
         return []
     lo, hi = float(bounds[0]), float(bounds[1]) if bounds[1] is not None else math.inf
     return [dict(r) for r in rows if not r.get("error") and _mid(r) is not None
-            and lo <= float(r["t_unix"]) <= hi]
+            and lo <= float(r["t_unix"]) <= hi
+            and (ids is None or in_ranges(int(r["inference"]), ids) == inside)]
 
 
 def _by_interval(rows: Iterable[Mapping], clock: TraceClock, interval_s: float
@@ -78,20 +89,24 @@ def _by_interval(rows: Iterable[Mapping], clock: TraceClock, interval_s: float
 
 def score(rows: Iterable[Mapping], phases: Mapping[str, Sequence[float | None]],
           clock: TraceClock, interval_s: float, min_samples: int = 2,
-          rate_of=None) -> dict:
+          rate_of=None, sweep_ids: Sequence[Sequence[int]] | None = None) -> dict:
     """Score the adaptive phase against the sweep phase (see the module doc).
 
     ``rows``: the run's inference rows (``t_unix``, ``split``, ``e2e_ms``); ``phases``:
     the decision's ``{"sweep": [t0, t1], "adaptive": [t0, t1]}``; ``rate_of(t)``: the
-    link's configured rate at wall time t (bytes/s), shown per interval when given.
+    link's configured rate at wall time t (bytes/s), shown per interval when given;
+    ``sweep_ids``: the sweep's inference id ranges when the phases were interleaved (the
+    rest of the rows in the adaptive bounds are the adaptive phase's).
     Returns the headline figures and one row per interval; ``error`` says why not when
     the phases share no interval.
     """
     if interval_s <= 0:
         raise ValueError("interval_s must be positive")
     rows = list(rows)
-    sweep = _by_interval(phase_rows(rows, phases.get("sweep")), clock, interval_s)
-    adapt = _by_interval(phase_rows(rows, phases.get("adaptive")), clock, interval_s)
+    ids = sorted(map(list, sweep_ids)) if sweep_ids else None
+    sweep = _by_interval(phase_rows(rows, phases.get("sweep"), ids), clock, interval_s)
+    adapt = _by_interval(phase_rows(rows, phases.get("adaptive"), ids, inside=False), clock,
+                         interval_s)
     table, used = [], []
     for key in sorted(set(sweep) | set(adapt)):
         by_split: dict[int, list[float]] = {}
@@ -114,6 +129,7 @@ def score(rows: Iterable[Mapping], phases: Mapping[str, Sequence[float | None]],
         if best is not None and mine:
             used.append(row)
     out: dict = {"interval_s": interval_s, "min_samples": min_samples,
+                 "interleaved": bool(ids),
                  "period_s": clock.period_s, "intervals": table, "intervals_scored": len(used),
                  "intervals_adaptive": len(adapt), "intervals_sweep": len(sweep)}
     mine_all = [float(r["e2e_ms"]) for v in adapt.values() for r in v]

@@ -30,7 +30,12 @@ what they measure. Those rows are the yardstick: under the same trace, the best 
 interval of the trace and the best single fixed split (see
 ``app_api.results.hindsight``). The adaptive phase then lasts ``adapt_s`` seconds
 (0: until the task's count) and :meth:`Adaptive.finished` ends the task. The phases'
-wall-clock bounds are in the decision.
+wall-clock bounds are in the decision. With ``interleave`` the two alternate instead, a
+sweep block then an adaptive block, for ``sweep_s + adapt_s`` seconds (the sweep's
+inference ids are in the decision, ``sweep_ids``): both then meet the same stretch of the
+trace and the same load on the machine, where phases minutes apart may not (on the lab,
+split 3's cloud suffix took 65 ms of wall time in a sweep phase and 99 ms in the adaptive
+phase two minutes later, for the same 31 ms of CPU).
 
 The decision records every switch (time, estimate, from, to, predicted times, reason),
 the probes, and a log with one row per adaptive inference and probe (``log``: the run's
@@ -86,6 +91,9 @@ PARAMS: dict[str, Param] = {
     "sweep_block": Param("int", default=3, min=1, max=1000, doc="consecutive sweep inferences "
                          "at one split before the next (switching every inference runs colder "
                          "code)"),
+    "interleave": Param("bool", default=False, doc="alternate sweep and adaptive blocks "
+                        "(sweep_block inferences each) for sweep_s + adapt_s seconds, so both "
+                        "meet the same link and the same load on the machine"),
     "adapt_s": Param("number", default=0.0, min=0.0, max=86400.0,
                      doc="seconds of the adaptive phase; 0: until the task's count"),
     "bandwidth_Bps": Param("number", default=None, min=1.0, nullable=True,
@@ -140,7 +148,12 @@ class Adaptive(Partitioner):
         self.p = values
         self.k: int | None = None
         self.candidates: list[int] = []
-        self.phase = "sweep" if values["sweep_s"] > 0 else "adaptive"
+        self.phase = ("interleaved" if values["interleave"] else "sweep"
+                      if values["sweep_s"] > 0 else "adaptive")
+        #: [first, last] inference ids of the sweep's blocks (interleaved)
+        self.sweep_ids: list[list[int]] = []
+        self._next_n = 0
+        self._was_sweep = False
         self.phases: dict[str, list[float | None]] = {}
         self.switches: list[dict] = []
         self.log: list[dict] = []
@@ -232,9 +245,12 @@ class Adaptive(Partitioner):
         """The sweep's next candidate in turn, or the current adaptive choice."""
         if self.k is None:
             raise TracrError("adaptive: next_split() called before setup().")
-        if self.phase == "sweep":
-            block = self._sweep_i // self.p["sweep_block"]
-            k = self.candidates[block % len(self.candidates)]
+        block = self.p["sweep_block"]
+        self._was_sweep = self.phase == "sweep" or (
+            self.phase == "interleaved" and self._next_n % (2 * block) < block)
+        self._next_n += 1
+        if self._was_sweep:
+            k = self.candidates[(self._sweep_i // block) % len(self.candidates)]
             self._sweep_i += 1
             return k
         return self.k
@@ -253,17 +269,30 @@ class Adaptive(Partitioner):
         now = float(t0) + (float(row["e2e_ms"]) / 1e3 if ok else 0.0)
         self._now = now if self._now is None else max(self._now, now)
         self._last_inference = row.get("inference")
-        if self.phase == "sweep":
+        if self.phase == "interleaved":
+            start = self.phases.setdefault("sweep", [float(t0), None])[0]
+            self.phases.setdefault("adaptive", [float(t0), None])
+            self.phases["sweep"][1] = self.phases["adaptive"][1] = now
+            self._done = now - start >= self.p["sweep_s"] + self.p["adapt_s"]
+            if self._was_sweep:
+                i = int(row.get("inference", -1))
+                if self.sweep_ids and self.sweep_ids[-1][1] == i - 1:
+                    self.sweep_ids[-1][1] = i
+                else:
+                    self.sweep_ids.append([i, i])
+                return
+        elif self.phase == "sweep":
             start = self.phases.setdefault("sweep", [float(t0), None])[0]
             if now - start >= self.p["sweep_s"]:
                 self.phases["sweep"][1] = now
                 self.phase = "adaptive"
                 self._note("phase", reason="hindsight sweep over: adapting")
             return
-        self.phases.setdefault("adaptive", [float(t0), None])
-        if self.p["adapt_s"] and now - self.phases["adaptive"][0] >= self.p["adapt_s"]:
-            self._done = True
-        self.phases["adaptive"][1] = now
+        if self.phase == "adaptive":
+            self.phases.setdefault("adaptive", [float(t0), None])
+            if self.p["adapt_s"] and now - self.phases["adaptive"][0] >= self.p["adapt_s"]:
+                self._done = True
+            self.phases["adaptive"][1] = now
         if not ok:
             self._note("error", split=split, reason=str(row.get("error"))[:200])
             return
@@ -284,15 +313,15 @@ class Adaptive(Partitioner):
         used = transfer is not None and self.estimate.add(
             LinkSample(now, nbytes, float(transfer),
                        overhead_ms=self.rtt_ms + self.overhead_ms()))
-        self._consider(now, "inference" if used else "inference (too few bytes: no sample)",
-                       e2e_ms=float(row["e2e_ms"]))
+        self._consider(now, "inference", e2e_ms=float(row["e2e_ms"]),
+                       note="" if used else "too few bytes: no sample")
 
     def link_probe(self) -> int | None:
         """Bytes to probe the link with now (the head probes, then calls
         :meth:`observe_probe`), or None: only in the adaptive phase, when the newest
         informative sample is ``probe_every_s`` old (or there is none yet), or the last
         probe is ``calibrate_every_s`` old."""
-        if self.phase != "adaptive" or self._now is None:
+        if self.phase == "sweep" or self._now is None:
             return None
         every, calib = self.p["probe_every_s"], self.p["calibrate_every_s"]
         if every and self.estimate.age_s(self._now) >= every:
@@ -312,7 +341,8 @@ class Adaptive(Partitioner):
             self._calibrate_next = True
         self._consider(self._now, "probe")
 
-    def _consider(self, now: float, source: str, e2e_ms: float | None = None) -> None:
+    def _consider(self, now: float, source: str, e2e_ms: float | None = None,
+                  note: str = "") -> None:
         """One estimate: switch when the hysteresis allows it, and log it."""
         bw = self.estimate.value_Bps()
         pred = self.predict(bw)
@@ -321,7 +351,7 @@ class Adaptive(Partitioner):
         gain = 1.0 - pred[best] / pred[cur] if pred.get(cur) else 0.0
         self._streak = self._streak + 1 if best != cur and gain > self.p["margin"] else 0
         dwell_ok = self._last_switch is None or now - self._last_switch >= self.p["dwell_s"]
-        reason, event = "", source
+        reason, event = note, source
         if self._streak >= self.p["confirm"] and dwell_ok:
             event = "switch"
             reason = (f"split {best} predicted {gain:.0%} faster than {cur} at "
@@ -357,7 +387,8 @@ class Adaptive(Partitioner):
         return {"name": self.name, "params": self.params, "chosen": self.k,
                 "criterion": "argmin predicted e2e at the online rate estimate, with "
                              "hysteresis", "candidates": self.candidates, "phase": self.phase,
-                "phases": self.phases, "estimate_Bps": bw, "rtt_ms": self.rtt_ms,
+                "phases": self.phases, "sweep_ids": self.sweep_ids or None,
+                "estimate_Bps": bw, "rtt_ms": self.rtt_ms,
                 "predicted": self.predict(bw), "chosen_ms": self.predict(bw)[self.k],
                 "switches": self.switches, "probes": dict(self.probes),
                 "overhead_ms": self.overhead_ms(), "overhead_samples": len(self._overhead),

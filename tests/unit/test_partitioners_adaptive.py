@@ -244,3 +244,18 @@ def test_splits_that_are_not_valid_are_named_at_setup():
     with pytest.raises(TracrError, match="t_unix"):
         q = adaptive()
         q.observe(0, {"e2e_ms": 1.0})
+
+
+def test_interleaved_sweep_and_adaptive_blocks():
+    p = adaptive(40 * MB, sweep_s=2.0, adapt_s=2.0, sweep_block=2, interleave=True)
+    link = Link(p)
+    link.run(30.0, lambda t: 40 * MB)
+    assert p.finished() and link.t < 1000.0 + 4.0 + 0.5
+    ks = [k for _, k in link.splits]
+    # two sweep inferences (the candidates in turn), two at the adaptive choice (0), ...
+    assert ks[:8] == [p.candidates[0]] * 2 + [0, 0] + [p.candidates[1]] * 2 + [0, 0]
+    ids = p.decision()["sweep_ids"]
+    assert ids[:2] == [[0, 1], [4, 5]] and p.phases["sweep"] == p.phases["adaptive"]
+    # the sweep's rows teach the policy nothing: the log has adaptive inferences only
+    logged = {r["inference"] for r in p.decision()["log"] if r["event"] == "inference"}
+    assert logged and not any(a <= i <= b for i in logged for a, b in ids)

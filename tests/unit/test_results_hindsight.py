@@ -145,3 +145,23 @@ def test_results_show_prints_the_two_ratios(capsys):
     out = capsys.readouterr().out
     assert "adaptive_over_hindsight 0.999" in out and "adaptive_over_best_fixed 0.749" in out
     assert "best fixed split 2" in out and "2 probes" in out
+
+
+def test_interleaved_phases_are_told_apart_by_inference_id():
+    # one stretch of 20 s: blocks of two sweep inferences (0 and 2 in turn) and two adaptive
+    rows, t, i = [], T0, 0
+    ids: list[list[int]] = []
+    while t < T0 + 20.0:
+        sweep = i % 4 < 2
+        k = (0, 2)[(i // 4) % 2] if sweep else (0 if fast(t) else 2)
+        if sweep:
+            ids.append([i, i])
+        rows.append({"inference": i, "t_unix": t, "split": k, "e2e_ms": e2e(k, t)})
+        t += e2e(k, t) / 1e3
+        i += 1
+    bounds = [T0, t]
+    out = score(rows, {"sweep": bounds, "adaptive": bounds}, TraceClock(T0, PERIOD),
+                interval_s=10.0, sweep_ids=ids)
+    assert out["interleaved"] and out["intervals_scored"] == 2
+    assert out["adaptive_over_hindsight"] == pytest.approx(1.0, abs=0.01)
+    assert out["best_fixed"] == 2 and out["adaptive_over_best_fixed"] == pytest.approx(0.75, abs=0.01)
