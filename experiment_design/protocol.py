@@ -17,6 +17,7 @@ control call takes at most one argument and answers one JSON document::
     setup(c)               SetupConfig       SetupInfo
     check_graph(g)         GraphPlan         "ok" (or an error naming the first node that differs)
     data_address()         -                 DataAddress or null
+    admit_partners(a)      Admission         {...} (the role's own report)
     connect_partners(w)    Wiring            {...} (the role's own report)
     profile_layers(p)      ProfileParams     {...} (profiling.profile_split_model)
     probe_link(p)          LinkProbe         {...} or null
@@ -295,9 +296,15 @@ class DataAddress(Message):
 class PartnerAddress(Message):
     """One partner a participant connects to."""
 
+    omit_none: ClassVar[bool] = True
+
     instance: str
     host: str
     port: int
+    #: the link's key (hex, ``transport.auth.link_key``): the observer derives it from the
+    #: run's secret, which participants never see; absent: derived from the participant's
+    #: own ``data_secret`` (scripts and tests that drive roles by hand)
+    key: str | None = None
 
 
 @dataclass
@@ -317,6 +324,35 @@ class Wiring(Message):
             raise ProtocolError(f"Wiring: expected a JSON object, got {data!r}")
         return cls({slot: [PartnerAddress.from_dict(p) for p in peers]
                     for slot, peers in data.items()})
+
+
+@dataclass
+class AdmittedPartner(Message):
+    """A participant that will connect to this one's data server: its name, the
+    addresses it connects from (IPs or host names) and the link's key (hex)."""
+
+    instance: str
+    hosts: list[str] = field(default_factory=list)
+    key: str = ""
+
+
+@dataclass
+class Admission(Message):
+    """admit_partners(): everyone that will connect to this participant's data server.
+    Only they are let in, each once, and the server stops listening when all have."""
+
+    partners: list[AdmittedPartner] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"partners": [{"instance", "hosts", "key"}, ...]}``."""
+        return {"partners": [p.to_dict() for p in self.partners]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Admission:
+        """Inverse of :meth:`to_dict`."""
+        if not isinstance(data, dict) or not isinstance(data.get("partners", []), list):
+            raise ProtocolError(f"Admission: expected {{'partners': [...]}}, got {data!r}")
+        return cls([AdmittedPartner.from_dict(p) for p in data.get("partners", [])])
 
 
 # ----- measurements and the partitioner -----------------------------------------------------

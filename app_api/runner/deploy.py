@@ -49,11 +49,11 @@ def deploy(state: RunState) -> list[ParticipantSpec]:
         env.update(device_name=s.device, host_label=state.handles[s.instance].host_label)
         state.envs[s.instance] = env
     state.extra["warnings"] = check_environments(state.envs)
-    data_secret = os.urandom(32).hex()
 
     def setup(spec: ParticipantSpec) -> None:
+        # no data secret: each participant gets its own links' keys when it is wired
         state.infos[spec.instance] = state.client(spec.instance).setup(
-            participant_config(state, spec, data_secret))
+            participant_config(state, spec, ""))
 
     t0 = time.perf_counter()
     parallel(setup, specs, check=state.check)

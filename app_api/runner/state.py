@@ -11,6 +11,7 @@ every control call and of every phase's wait): a stop request (Ctrl-C, SIGTERM),
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +63,9 @@ class RunState:
     #: extra top-level keys of summary.json (network, warnings, partitioner)
     extra: dict[str, Any] = field(default_factory=dict)
     pairs: list[tuple[str, str]] = field(default_factory=list)
+    #: the run's data-path secret: the observer derives each link's key from it
+    #: (``transport.auth.link_key``) and hands a participant only its own links' keys
+    data_secret: bytes = field(default_factory=lambda: os.urandom(32), repr=False)
     partitioners: dict[str, dict | None] = field(default_factory=dict)
     #: measured configurations of a chain (``configs.csv`` rows with their ``stages``)
     configs: list[dict] = field(default_factory=list)

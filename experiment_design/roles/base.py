@@ -26,6 +26,7 @@ from experiment_design.errors import TracrError
 from experiment_design.protocol import (
     ACK,
     BYE,
+    Admission,
     DataAddress,
     Environment,
     GraphPlan,
@@ -327,6 +328,15 @@ class ParticipantService(rpyc.Service):
 
     def on_connect_partners(self, partners: dict) -> dict:
         """Role hook: open data channels to partners."""
+        return {}
+
+    @control(Admission)
+    def exposed_admit_partners(self, admission: Admission) -> dict:
+        """Let only these partners into the data server (names, addresses, link keys)."""
+        return self.on_admit_partners(admission)
+
+    def on_admit_partners(self, admission: Admission) -> dict:
+        """Role hook: admit partners to this participant's data server (none here)."""
         return {}
 
     @control(ProfileParams)

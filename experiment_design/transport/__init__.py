@@ -2,12 +2,17 @@
 
 Crossing tensors travel as raw or blosc2-compressed buffers on a dedicated TCP
 connection (never pickled, never through rpyc), after a mutual HMAC-SHA256
-challenge-response on the run's secret that also derives the connection's own keys;
-every frame then carries AES-GCM tags (and is encrypted with ``encrypt=True``)::
+challenge-response on the link's own key (derived from the run's secret and both ends'
+names, :func:`link_key`) that also derives the connection's own keys; every frame then
+carries AES-GCM tags (and is encrypted with ``encrypt=True``)::
 
     # receiving participant (cloud)                  # sending participant (edge)
-    server = DataServer("127.0.0.1", 0, secret, cfg)
-    port = server.address[1]   # -> partner          ch = connect(host, port, secret, cfg)
+    server = DataServer("127.0.0.1", 0, None, cfg, name="cloud")
+    port = server.address[1]   # -> observer
+    server.admit([Partner("edge", key, ("10.0.0.2",))])
+                                                     ch = connect(host, port, None, cfg,
+                                                                  name="edge",
+                                                                  partner="cloud", key=key)
     ch = server.accept(timeout=30)
     header, tensors, stats = ch.recv()               ch.send({"split": 4}, {"x": tensor})
 
@@ -16,6 +21,7 @@ every frame then carries AES-GCM tags (and is encrypted with ``encrypt=True``)::
 ``recv()``. Header ops ``__probe__`` and ``__probe_ack__`` are reserved for that.
 """
 
+from experiment_design.transport.auth import link_key
 from experiment_design.transport.channel import (
     PROBE_ACK_OP,
     PROBE_OP,
@@ -33,7 +39,7 @@ from experiment_design.transport.errors import (
     TransportError,
 )
 from experiment_design.transport.frame import Limits
-from experiment_design.transport.server import DataServer, connect
+from experiment_design.transport.server import DataServer, Partner, connect
 from experiment_design.transport.session import Session, derive
 
 __all__ = [
@@ -49,6 +55,7 @@ __all__ = [
     "DataServer",
     "IntegrityError",
     "Limits",
+    "Partner",
     "ProtocolError",
     "RecvStats",
     "RequestStats",
@@ -57,4 +64,5 @@ __all__ = [
     "TransportError",
     "connect",
     "derive",
+    "link_key",
 ]

@@ -1,7 +1,7 @@
 """A data channel's session: per-direction keys and the tag (or encryption) on every frame.
 
-Each connection derives its own keys from the run secret and both handshake nonces
-(HKDF-SHA256), one key per direction, so a frame cannot be reflected back at its
+Each connection derives its own keys from its link's key (``auth.link_key``) and both
+handshake nonces (HKDF-SHA256), one key per direction, so a frame cannot be reflected back at its
 sender or moved to another connection. Every frame carries AES-256-GCM tags: one over
 the prefix and header (checked before the header is parsed or any payload memory is
 set aside) and, when there is a payload, one over the payload. Without encryption the
@@ -33,13 +33,13 @@ _EMPTY = b""
 def derive(
     secret: bytes, server_nonce: bytes, client_nonce: bytes, encrypt: bool
 ) -> tuple[Session, Session]:
-    """The (client, server) sessions of one connection: HKDF-SHA256 over the run secret,
+    """The (client, server) sessions of one connection: HKDF-SHA256 over the link key,
     salted with both nonces; the mode is bound into the keys too."""
     okm = HKDF(
         algorithm=hashes.SHA256(),
         length=2 * KEY,
         salt=server_nonce + client_nonce,
-        info=b"tracr data keys v3" + (b"\x01" if encrypt else b"\x00"),
+        info=b"tracr data keys v4" + (b"\x01" if encrypt else b"\x00"),
     ).derive(secret)
     c2s, s2c = okm[:KEY], okm[KEY:]
     return Session(c2s, s2c, encrypt), Session(s2c, c2s, encrypt)

@@ -17,6 +17,8 @@ from experiment_design import protocol
 from experiment_design.errors import TracrError
 from experiment_design.protocol import (
     INFER_COLUMNS,
+    Admission,
+    AdmittedPartner,
     DataAddress,
     Environment,
     LinkProbe,
@@ -46,6 +48,8 @@ EXAMPLES: list[Message] = [
     SetupInfo(mode="graph", n_layers=2, valid_splits=[0, 1, 2], partitioner_needs=["network"]),
     DataAddress(host="127.0.0.1", port=4000),
     Wiring({"downstream": [PartnerAddress(instance="cloud-1", host="10.0.0.2", port=4000)]}),
+    Wiring({"chain": [PartnerAddress("cloud-1", "10.0.0.2", 4000, key="ab" * 32)]}),
+    Admission([AdmittedPartner("edge-1", ["10.0.0.1"], "cd" * 32)]),
     ProfileParams(repeats=7, full_repeats=9),
     LinkProbe(),
     Warmup(rounds=2),

@@ -145,3 +145,32 @@ def test_lost_cloud_gives_an_error_row_and_a_failed_task(pair):
     assert len(st["records"]) == 1  # one error row, not zeros, and no more attempts
     row = st["records"][0]
     assert "link to cloud-1 failed" in row["error"] and "e2e_ms" not in row
+
+
+def test_participants_wired_with_link_keys_alone():
+    """The observer's way: no run secret on the participants; the cloud admits the edge
+    by name, address and link key, the edge connects with that key, and the cloud's data
+    server stops listening once it has."""
+    from experiment_design.roles import get_role
+    from experiment_design.transport import link_key
+
+    key = link_key(os.urandom(32), "cloud-1", "edge-1").hex()
+    edge = get_role("edge")(instance="edge-1")
+    cloud = get_role("cloud")(instance="cloud-1")
+    try:
+        cloud.exposed_setup(config("cloud-1", ""))
+        edge.exposed_setup(config("edge-1", ""))
+        addr = json.loads(cloud.exposed_data_address())
+        admitted = cloud.exposed_admit_partners(json.dumps(
+            {"partners": [{"instance": "edge-1", "hosts": ["127.0.0.1"], "key": key}]}))
+        assert json.loads(admitted) == {"admitted": ["edge-1"]}
+        edge.exposed_connect_partners(json.dumps({"downstream": [
+            {"instance": "cloud-1", "host": addr["host"], "port": addr["port"], "key": key}]}))
+        deadline = time.monotonic() + 5
+        while not cloud.server.complete and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert cloud.server.complete  # the port is closed for the rest of the run
+        assert [name for name, _ in edge.channels] == ["cloud-1"]
+    finally:
+        edge.close()
+        cloud.close()

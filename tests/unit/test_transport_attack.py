@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from experiment_design.transport import (
+    AuthError,
     ChannelClosed,
     CodecConfig,
     DataChannel,
@@ -24,12 +25,13 @@ from experiment_design.transport import (
     connect,
     derive,
 )
-from experiment_design.transport.auth import REPLY
+from experiment_design.transport.auth import DIGEST, REPLY_HEAD
 from experiment_design.transport.codec import EncodedTensor
 from experiment_design.transport.frame import PREFIX, VERSION, pack_head
 
 SECRET = os.urandom(32)
 RAW = CodecConfig(codec="none", level=0, filter="none")
+REPLY = REPLY_HEAD + len("client") + DIGEST  # what connect() says before its first frame
 
 
 class Receiver:
@@ -493,3 +495,222 @@ def test_a_frame_is_bounded_by_what_the_run_can_produce():
         sender.join(10)
     assert peak < 16 << 20
     assert Limits().max_message_bytes == 1 << 31  # a channel without a run keeps the default
+
+
+class SilentCrowd:
+    """``n`` connections that open and never say a word, kept running: any the server
+    closes is opened again at once (an attacker's loop)."""
+
+    def __init__(self, port: int, n: int = 48, source: str = "127.0.0.1",
+                 reopen: bool = True) -> None:
+        self.port, self.source, self.reopen = port, source, reopen
+        self.socks = [self._open() for _ in range(n)]
+        self.reopened = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._keep, daemon=True)
+        self.thread.start()
+
+    def _open(self) -> socket.socket | None:
+        s = socket.socket()
+        try:
+            s.settimeout(1)
+            s.bind((self.source, 0))
+            s.connect(("127.0.0.1", self.port))
+            return s
+        except OSError:  # refused: the server stopped listening
+            s.close()
+            return None
+
+    def _keep(self) -> None:
+        import select
+
+        while not self.stop.is_set():
+            live = [s for s in self.socks if s is not None]
+            ready = select.select(live, [], [], 0.05)[0] if live else []
+            for s in ready:
+                try:
+                    closed = s.recv(4096, socket.MSG_DONTWAIT) == b""
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if closed:  # dropped by the server: straight back in
+                    s.close()
+                    self.socks[self.socks.index(s)] = self._open() if self.reopen else None
+                    self.reopened += 1
+            if not live and self.reopen:
+                self.stop.wait(0.05)
+                self.socks = [self._open() for _ in self.socks]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for s in self.socks:
+            if s is not None:
+                s.close()
+
+
+class CountingConnects:
+    """Counts the TCP connections this thread's connect() opens (its tries)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.tries = 0
+        me = threading.get_ident()
+        real = socket.create_connection
+
+        def counted(*args, **kw):
+            if threading.get_ident() == me:
+                self.tries += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(socket, "create_connection", counted)
+
+
+def test_48_silent_connections_do_not_keep_a_partner_out(monkeypatch):
+    """48 connections that open and never answer kept a partner out: 16 of them held
+    every pending handshake slot for 5 s each, and the partner's connections were
+    dropped and retried (a connect() with a 10 s deadline failed at it)."""
+    rx = Receiver()
+    crowd = SilentCrowd(rx.port, 48)
+    count = CountingConnects(monkeypatch)
+    try:
+        time.sleep(0.5)  # the crowd is in first
+        with connect("127.0.0.1", rx.port, SECRET, RAW, timeout=10) as ch:
+            ch.send({"op": "hello"})
+            assert rx.done.wait(10)
+        assert rx.got[0][0] == {"op": "hello"}
+        assert count.tries == 1, f"the partner needed {count.tries} connections"
+    finally:
+        crowd.close()
+        rx.close()
+
+
+def _admitting(*partners, **kw):
+    """A DataServer named "cloud" that admits ``partners`` (name, hosts) only."""
+    from experiment_design.transport import Partner, link_key
+
+    server = DataServer("127.0.0.1", 0, None, RAW, name="cloud", **kw)
+    server.admit([Partner(n, link_key(SECRET, "cloud", n), hosts) for n, hosts in partners])
+    return server
+
+
+def _connect_as(name, port, partner="cloud", secret=SECRET, **kw):
+    from experiment_design.transport import link_key
+
+    return connect("127.0.0.1", port, None, RAW, name=name, partner=partner,
+                   key=link_key(secret, partner, name), **kw)
+
+
+def test_48_silent_connections_from_another_address_are_refused_and_the_port_closes(
+    monkeypatch,
+):
+    """Only the wired partners' addresses get a handshake; once every partner has
+    connected the server stops listening."""
+    server = _admitting(("edge", ("127.0.0.1",)))
+    crowd = SilentCrowd(server.address[1], 48, source="127.0.0.2")  # another local user
+    count = CountingConnects(monkeypatch)
+    try:
+        time.sleep(0.5)
+        assert server.pending == 0 and server.rejected >= 48  # none got a handshake
+        with _connect_as("edge", server.address[1]) as ch:
+            got = server.accept(timeout=5)
+            ch.send({"op": "hello"})
+            assert got.recv()[0] == {"op": "hello"} and got.partner == "edge"
+            got.close()
+        assert count.tries == 1
+        assert server.complete
+        with pytest.raises(OSError):  # the port is closed for the rest of the run
+            socket.create_connection(("127.0.0.1", server.address[1]), timeout=1).close()
+        with pytest.raises(TransportError, match="every admitted partner"):
+            server.accept(timeout=1)
+    finally:
+        crowd.close()
+        server.close()
+
+
+@pytest.mark.parametrize("cap, reopen", [(None, True), (16, False)],
+                         ids=["default-cap-crowd-reopening", "crowd-beyond-the-cap"])
+def test_a_silent_crowd_from_the_partners_own_address_does_not_keep_it_out(
+    monkeypatch, cap, reopen
+):
+    """On one host (loopback) the crowd shares the partner's address: handshakes cost a
+    descriptor each, not a thread, so 48 fit under the per-source cap; beyond the cap a
+    newcomer displaces the oldest silent one. Either way the partner gets in on its
+    first try."""
+    kw = {} if cap is None else {"max_pending_per_source": cap}
+    server = _admitting(("edge", ("127.0.0.1",)), **kw)
+    crowd = SilentCrowd(server.address[1], 48, reopen=reopen)
+    count = CountingConnects(monkeypatch)
+    try:
+        time.sleep(0.5)
+        assert server.pending == (48 if cap is None else cap)
+        with _connect_as("edge", server.address[1], timeout=10):
+            server.accept(timeout=5).close()
+        assert count.tries == 1
+    finally:
+        crowd.close()
+        server.close()
+
+
+def test_a_link_redirected_to_another_stage_of_the_run_is_refused():
+    """Each link has a key of its own and both ends say their names: a connection meant
+    for 'mid' that the path delivers to 'cloud' fails (before, one secret for every link
+    let it through)."""
+    from experiment_design.transport import Partner, link_key
+
+    cloud = DataServer("127.0.0.1", 0, None, RAW, name="cloud")
+    cloud.admit([Partner("edge", link_key(SECRET, "cloud", "edge")),
+                 Partner("mid", link_key(SECRET, "cloud", "mid"))])
+    relay = Relay(cloud.address[1])  # edge thinks it talks to mid
+    try:
+        with pytest.raises(AuthError, match="not of 'mid'"):
+            connect("127.0.0.1", relay.port, None, RAW, name="edge", partner="mid",
+                    key=link_key(SECRET, "mid", "edge"), timeout=3)
+    finally:
+        relay.close()
+        cloud.close()
+
+
+def test_a_participant_cannot_pose_as_another():
+    """'mid' holds only its own links' keys: claiming to be 'edge' at the cloud fails,
+    whichever of its keys it proves."""
+    from experiment_design.transport import link_key
+
+    server = _admitting(("edge", ()), ("mid", ()))
+    mids = [link_key(SECRET, "cloud", "mid"), link_key(SECRET, "edge", "mid")]
+    try:
+        for key in mids:
+            with pytest.raises(AuthError):
+                connect("127.0.0.1", server.address[1], None, RAW, name="edge",
+                        partner="cloud", key=key, timeout=3)
+        assert server.rejected == 2
+        with _connect_as("mid", server.address[1]):  # as itself it gets in
+            server.accept(timeout=5).close()
+    finally:
+        server.close()
+
+
+def test_link_keys_differ_per_link_and_direction():
+    from experiment_design.transport import link_key
+
+    keys = {link_key(SECRET, s, c) for s, c in
+            [("cloud", "edge"), ("edge", "cloud"), ("cloud", "mid"), ("mid", "edge"),
+             ("clou", "dedge")]}
+    assert len(keys) == 5
+    assert link_key(SECRET, "cloud", "edge") != link_key(os.urandom(32), "cloud", "edge")
+
+
+def test_an_unexpected_name_or_address_is_refused_and_a_name_is_taken_once():
+    server = _admitting(("edge", ("127.0.0.1",)), ("mid", ("127.0.0.3",)))
+    try:
+        with pytest.raises(AuthError):
+            _connect_as("intruder", server.address[1], timeout=3)
+        with pytest.raises(AuthError):  # mid's key, from edge's address
+            _connect_as("mid", server.address[1], timeout=3)
+        with _connect_as("edge", server.address[1]):
+            server.accept(timeout=5).close()
+            with pytest.raises(TransportError):
+                _connect_as("edge", server.address[1], timeout=3)
+        assert not server.complete  # mid has not connected: still listening
+    finally:
+        server.close()
