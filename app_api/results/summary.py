@@ -65,7 +65,11 @@ def split_stats(rows: Iterable[dict]) -> list[dict]:
             "count": len(ok),
             "failed": failed.get(k, 0),
             "e2e_ms_median": statistics.median(e2e) if e2e else None,
+            # p50 is the median; p90/p99 of few samples are the largest ones (count says)
+            "e2e_ms_p50": percentile(e2e, 50) if e2e else None,
+            "e2e_ms_p90": percentile(e2e, 90) if e2e else None,
             "e2e_ms_p95": percentile(e2e, 95) if e2e else None,
+            "e2e_ms_p99": percentile(e2e, 99) if e2e else None,
             # the median's noise: read two medians as different only where they separate
             "e2e_ms_mad": mad(e2e),
             "e2e_ms_ci95": median_interval(e2e, k),

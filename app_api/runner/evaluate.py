@@ -67,6 +67,21 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     return cov / math.sqrt(va * vb)
 
 
+#: a prediction within this share of the measured median counts as accurate
+ACCURACY_TOLERANCE = 0.10
+
+
+def within_share(predicted: Sequence[float], measured: Sequence[float],
+                 tolerance: float = ACCURACY_TOLERANCE) -> float | None:
+    """The share of predictions within ``tolerance`` of the measured value
+    (``|predicted - measured| <= tolerance * measured``), nn-Meter's figure of merit for a
+    latency predictor (there: +/-10%); None with no pair."""
+    pairs = [(p, m) for p, m in zip(predicted, measured, strict=True) if m and m > 0]
+    if not pairs:
+        return None
+    return sum(1 for p, m in pairs if abs(p - m) <= tolerance * m) / len(pairs)
+
+
 def _spec(entry: str | Mapping) -> tuple[str, str, dict]:
     """(label, registry name, params) from ``"name"`` or ``{name, params, label}``."""
     if isinstance(entry, str):
@@ -218,6 +233,8 @@ def score_pairs(name: str, params: Mapping, ctx: Any, pairs: Sequence[Mapping],
         "spearman": spearman([predicted[k] for k in common], [measured[k]["e2e_ms_median"]
                                                             for k in common]),
         "spearman_n": len(common),
+        "within_10pct": within_share([predicted[k] for k in common],
+                                     [measured[k]["e2e_ms_median"] for k in common]),
         "predicted_chosen_ms": _num(dec.get("chosen_ms")),
         "criterion": dec.get("criterion"),
         "notes": notes,
@@ -331,6 +348,8 @@ def evaluate_partitioners(
             "regret": (chosen_ms / best_ms) if chosen_ms is not None and best_ms else None,
             "spearman": rho,
             "spearman_n": len(common) if predicted else 0,
+            "within_10pct": within_share([predicted[k] for k in common],
+                                         [measured[k] for k in common]),
             "predicted": predicted or None,
             "predicted_chosen_ms": _num(predicted.get(chosen)) if chosen is not None else None,
             "criterion": dec.get("criterion"),
@@ -421,8 +440,8 @@ def pair_noise(rows: Iterable[Mapping], pairs: Sequence[Mapping], floor: float) 
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:
     """The compact per-partitioner block for ``summary.json["partitioners"]``."""
     keys = ("chosen", "transport", "chosen_ms", "best", "best_transport", "best_ms", "regret",
-            "spearman", "in_best_set", "tie", "floor", "meets_floor_measured", "scored_on",
-            "criterion", "error")
+            "spearman", "within_10pct", "in_best_set", "tie", "floor", "meets_floor_measured",
+            "scored_on", "criterion", "error")
     return {label: {k: ev[k] for k in keys if k in ev} for label, ev in evaluation.items()}
 
 

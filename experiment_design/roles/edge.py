@@ -327,6 +327,10 @@ class EdgeRole(ChainMember):
         row["t_unix"] = t_unix
         if record:
             self.emit_record(row, layer_rows)
+            if route.k > 1:  # every stage's own times: the latency budget's parts
+                from experiment_design.runtime.pipestats import stage_rows
+
+                self.emit_stages(stage_rows(done, route.label, "latency"))
         if done.link_error:
             raise TracrError(row["error"])
         return row

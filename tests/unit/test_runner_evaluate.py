@@ -156,6 +156,8 @@ def test_evaluate_run_is_the_observers_one_call(tmp_path):
         "best_ms": 8.0,
         "regret": 1.0,
         "spearman": pytest.approx(1.0),
+        # predicted 6.2 / 15.2 / 12.5 ms against 8 / 16 / 12: two of three within 10%
+        "within_10pct": pytest.approx(2 / 3),
         "criterion": "argmin predicted edge + transfer + cloud",
     }
     assert view["measured"]["chosen"] == 0
