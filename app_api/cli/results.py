@@ -175,6 +175,12 @@ def print_compare(doc: dict) -> None:
                   "after the first, the median over every split of its median / the first "
                   "run's.  ref: each device's whole model once at start-up (largest / "
                   "smallest - 1).")
+    for r in doc["rows"]:
+        if r.get("drift_could_explain"):
+            console.print(f"{r['bandwidth']}: the best median moved {_pct(r['best_moved'])}, "
+                          "within the machine's own drift during a run (reference workload: "
+                          + ", ".join(_pct(d / 100) for d in r["machine_drift_pct"]
+                                      if d is not None) + ")", highlight=False)
     if doc["left_out"]:
         console.print(f"not in every run: {', '.join(doc['left_out'])}")
     for run in doc["runs"]:
@@ -379,6 +385,10 @@ def print_summary(summary: dict, run_dir) -> None:
                       f"{', '.join(map(str, bs['splits']))} (~best; 95% ci: bootstrap interval "
                       "of the median)", highlight=False)
     _print_partitioners(console, summary)
+    from app_api.results.metrics import metrics_lines
+
+    for line in metrics_lines(summary):
+        console.print(line, highlight=False, markup=False)
     _print_adaptive(console, summary)
     _print_pipeline(console, summary)
     _print_codecs(console, summary, run_dir)

@@ -17,6 +17,9 @@ the same factor. For each bandwidth the comparison gives
 - ``reference_moved``: how far each device's start-up reference moved, the whole model
   run once on that device before the sweep (``full_ms`` of its profile in
   ``partitioners.json``), a measure of the device's speed taken outside the sweep;
+- ``machine_drift_pct``: per run, how far its participants' reference workload moved
+  between the run's start and end (summary.json ``machine_drift``), and
+  ``drift_could_explain``: whether ``best_moved`` is within the largest of them;
 - ``parts``: the first run's best split in every run: its median end-to-end, edge,
   transfer and cloud time and each device's CPU time (ms) per run, so a move can be put
   on the device or the link that made it, and on a device's speed (CPU time) or its
@@ -135,7 +138,17 @@ def compare_points(points: Sequence[Point]) -> dict:
         "reference_moved": {role: _moved([p.reference_ms.get(role) for p in points])
                             for role in ROLES},
         "parts": {"split": ref, **parts},
+        **_drift([str(p.run_dir) for p in points], _moved(bests)),
     }
+
+
+def _drift(run_dirs: list[str], moved: float | None) -> dict:
+    from app_api.results.metrics import drift_of_runs
+
+    drifts = drift_of_runs(run_dirs)
+    known = [d for d in drifts if d is not None]
+    could = (moved * 100 <= max(known)) if known and moved is not None else None
+    return {"machine_drift_pct": drifts, "drift_could_explain": could}
 
 
 def compare_runs(run_dirs: Sequence[str | Path]) -> dict:

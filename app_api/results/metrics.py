@@ -288,3 +288,69 @@ def write_metrics(run_dir: Path, log: MetricsLog) -> Path | None:
     path = Path(run_dir) / METRICS_FILE
     atomic_write(path, buf.getvalue())
     return path
+
+
+def _kb(v: Any) -> str:
+    return "-" if v is None else f"{v / 1024:.0f} MiB"
+
+
+def metrics_lines(summary: dict) -> list[str]:
+    """What ``tracr results show`` prints of the metrics: per participant its peak RSS, CPU,
+    throttling and energy (each figure with its method and label, or why there is none),
+    and a flag where the machine's drift could explain the ranking of the splits."""
+    lines = []
+    for inst, m in (summary.get("metrics") or {}).items():
+        mem, cpu, thr = m.get("memory") or {}, m.get("cpu") or {}, m.get("throttling") or {}
+        parts = [f"peak RSS {_kb(mem.get('peak_rss_kb'))}"]
+        if mem.get("cuda_peak_allocated_bytes") is not None:
+            parts.append(f"CUDA peak {mem['cuda_peak_allocated_bytes'] / 2**20:.0f} MiB")
+        if cpu.get("utilization_cores") is not None:
+            parts.append(f"CPU {cpu['utilization_cores']:.2f} cores")
+        if thr.get("throttled_ms") is not None:
+            parts.append(f"throttled {thr['throttled_ms']:.1f} ms ({thr['nr_throttled']} "
+                         "periods)")
+        for name, e in (m.get("energy") or {}).items():
+            if e.get("status") == "ok":
+                lo, hi = e["interval"]
+                parts.append(f"{name} {e['j_per_inference']:.3g} J/inference [{lo:.3g}, "
+                             f"{hi:.3g}] ({e['label']})")
+            else:
+                parts.append(f"{name} {e.get('status')}: {e.get('reason', '')}")
+        lines.append(f"{inst}: " + "; ".join(parts))
+    flag = drift_flag(summary)
+    if flag:
+        lines.append(flag)
+    return lines
+
+
+def drift_flag(summary: dict) -> str | None:
+    """A warning where the machine's own drift during the run (the reference workload,
+    ``machine_drift``) is at least the gap between the best split's median and the next
+    one's: the ranking may be the machine's, not the layers'."""
+    drift = (summary.get("machine_drift") or {}).get("max_pct")
+    meds = sorted(s["e2e_ms_median"] for s in summary.get("splits") or []
+                  if s.get("e2e_ms_median"))
+    if drift is None or len(meds) < 2:
+        return None
+    gap = (meds[1] / meds[0] - 1) * 100
+    if drift < gap:
+        return None
+    who = max((summary["machine_drift"].get("by_instance") or {}).items(),
+              key=lambda kv: kv[1], default=("?", drift))[0]
+    return (f"machine drift: the reference workload moved {drift:.1f}% on {who} during the "
+            f"run, more than the {gap:.1f}% between the best split and the next: the ranking "
+            "could be the machine's")
+
+
+def drift_of_runs(run_dirs: list[str]) -> list[float | None]:
+    """Each run's ``machine_drift.max_pct`` (None where it was not measured)."""
+    import json
+
+    out: list[float | None] = []
+    for d in run_dirs:
+        try:
+            s = json.loads((Path(d) / "summary.json").read_text())
+        except (OSError, ValueError):
+            s = {}
+        out.append((s.get("machine_drift") or {}).get("max_pct"))
+    return out

@@ -135,3 +135,31 @@ def test_activation_bytes_in_the_profile_equal_what_model_splits_reports():
     mem = metrics_summary(MetricsLog(), [], profile)["model_memory"]
     assert mem["activation_bytes"] == {str(k): v for k, v in cli.items() if k}
     assert mem["param_bytes"] == sum(r["param_bytes"] for r in profile)
+
+
+def test_results_show_flags_a_ranking_the_machine_drift_could_explain():
+    from app_api.results.metrics import drift_flag, metrics_lines
+
+    log, rows = _log()
+    s = metrics_summary(log, rows)
+    s["splits"] = [{"split": 3, "e2e_ms_median": 100.0}, {"split": 7, "e2e_ms_median": 104.0}]
+    assert "ranking could be the machine's" in drift_flag(s)  # 5% drift, 4% gap
+    s["splits"][1]["e2e_ms_median"] = 120.0
+    assert drift_flag(s) is None
+    lines = metrics_lines(s)
+    assert lines[0].startswith("edge-1: peak RSS 684 MiB")
+    assert "rapl unsupported: no powercap tree" in lines[0]
+    assert "estimate" in lines[0] and "(estimated)" in lines[0]
+
+
+def test_results_compare_says_when_the_best_moved_within_the_machine_drift(tmp_path):
+    from app_api.results.compare import _drift
+
+    for name, pct in (("a", 2.0), ("b", 6.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(
+            json.dumps({"machine_drift": {"max_pct": pct}}))
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert _drift(dirs, 0.05) == {"machine_drift_pct": [2.0, 6.0], "drift_could_explain": True}
+    assert _drift(dirs, 0.08)["drift_could_explain"] is False
+    assert _drift([str(tmp_path / "none")], 0.05)["drift_could_explain"] is None
