@@ -74,6 +74,18 @@ def parse_rate(text: str | int | float) -> float:
     return value
 
 
+def format_bytes(n: float | None) -> str:
+    """``512 B``, ``588.0 KiB``, ``1.5 MiB``: 1024-based, and named so (a size printed as
+    ``KB`` read as 10^3 bytes where rates are 10^6-based ``MB/s``); ``-`` for None."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
 def format_rate(bytes_per_s: float | None) -> str:
     """``4.00 MB/s (32.0 Mbit/s)``: both units, so nobody has to guess which one is meant."""
     if bytes_per_s is None:

@@ -32,10 +32,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return int(result.get("exit_code", 0)) if isinstance(result, dict) else 0
 
 
+def _verdict(result: dict) -> list[str]:
+    """The headline: each target with the measured figure and whether it was met."""
+    targets, met = result.get("targets") or {}, result.get("met") or {}
+    lines = []
+    for key, target in targets.items():
+        value = result.get(key)
+        shown = (", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                           for k, v in value.items()) if isinstance(value, dict)
+                 else f"{value:.4g}" if isinstance(value, float) else str(value))
+        verdict = {True: "met", False: "MISSED"}.get(met.get(key), "")
+        lines.append(f"{key}: {shown} (target {target}) {verdict}".rstrip())
+    return lines
+
+
 def _print_table(name: str, result: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    headline = _verdict(result)
+    if headline:  # the answer first; every figure it comes from in the table below
+        Console().print("\n".join(escape(line) for line in headline))
     table = Table(title=f"tracr bench {name}")
     table.add_column("key")
     table.add_column("value", justify="right")

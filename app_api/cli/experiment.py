@@ -167,7 +167,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     plan = _resume_plan(args) if args.resume else plan_runs(_load(args))
 
-    result = execute(plan, out_dir=args.out, progress=progress, say=say)
+    from app_api.runner.state import RunInterrupted
+
+    try:
+        result = execute(plan, out_dir=args.out, progress=progress, say=say)
+    except RunInterrupted as exc:
+        # the partial run is kept: say where, and how to go on from it
+        print(f"interrupted: the partial run is in {exc.run_dir}", file=sys.stderr)
+        print(f"hint: continue it with: tracr experiment run {plan.manifest.name} --resume "
+              f"{exc.run_dir}", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(result.summary, indent=2, default=str))
     elif plan.kind == SWEEP:

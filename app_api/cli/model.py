@@ -181,11 +181,9 @@ def cmd_splits(args: argparse.Namespace) -> int:
 
 
 def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    from app_api.units import format_bytes
+
+    return format_bytes(n)
 
 
 def _print_splits(args: argparse.Namespace, sm, rows: list[dict]) -> None:

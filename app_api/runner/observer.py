@@ -29,7 +29,7 @@ from app_api.runner.gather import RunResult, gather
 from app_api.runner.play import play
 from app_api.runner.progress import ProgressView
 from app_api.runner.pulse import Pulse
-from app_api.runner.state import Interrupted, RunState, RunTimeout
+from app_api.runner.state import Interrupted, RunInterrupted, RunState, RunTimeout
 from app_api.runner.teardown import teardown
 from app_api.runner.warmup import warmup
 from app_api.runner.wire import wire
@@ -121,7 +121,7 @@ class Observer:
         if fatal is not None:
             raise fatal
         if interrupted:
-            raise KeyboardInterrupt
+            raise RunInterrupted(result.run_dir)
         return result
 
 

@@ -38,6 +38,15 @@ class Interrupted(BaseException):
     """Ctrl-C or SIGTERM: every wait stops, teardown and gather run, exit 130."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Raised by a run that Ctrl-C ended once its partial results are written; ``run_dir``
+    holds them (``tracr experiment run NAME --resume RUN_DIR`` continues it)."""
+
+    def __init__(self, run_dir) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
+
 class RunTimeout(TracrError):
     """``run.timeout_s`` reached: the run ends with what it measured (exit 1)."""
 

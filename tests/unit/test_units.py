@@ -59,3 +59,12 @@ def test_format_rate_names_both_units():
 )
 def test_parse_bandwidth(text, bps):
     assert parse_rate(text) == pytest.approx(bps)
+
+
+def test_sizes_are_printed_in_binary_units_and_say_so():
+    from app_api.units import format_bytes
+
+    # 602,112 bytes (a 224x224x3 float32 input) printed as "588.0 KB" read as 10^3 bytes
+    assert format_bytes(602_112) == "588.0 KiB"
+    assert format_bytes(512) == "512 B" and format_bytes(None) == "-"
+    assert format_bytes(3 * 1024**3) == "3.0 GiB"
