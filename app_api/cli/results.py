@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="redraw plots/pareto.png for these objectives even if it exists")
     pareto.add_argument("--json", action="store_true", help="machine-readable output")
     pareto.set_defaults(func=cmd_pareto)
+    from app_api.cli import results_plot
+
+    results_plot.register(rsub, RUN_HELP)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -384,6 +387,12 @@ def print_summary(summary: dict, run_dir) -> None:
         console.print(f"best split {bs['best']}; indistinguishable at {bs['confidence']:.0%}: "
                       f"{', '.join(map(str, bs['splits']))} (~best; 95% ci: bootstrap interval "
                       "of the median)", highlight=False)
+    budget = summary.get("latency_budget")
+    if budget:
+        console.print(f"latency budget: worst residual {budget['worst_residual_pct']:.2f}% of "
+                      f"e2e (inference {budget['worst_inference']}), median "
+                      f"{budget['median_residual_pct']:.3f}%, {budget['over_tolerance']} of "
+                      f"{budget['inferences']} above {budget['tolerance_pct']:g}%", highlight=False)
     _print_partitioners(console, summary)
     from app_api.results.metrics import metrics_lines
 
@@ -518,11 +527,11 @@ def _print_partitioners(console, summary: dict) -> None:
 
     t = Table(title="partitioners scored against this sweep (regret = chosen ms / best ms)")
     for col in ("partitioner", "chosen", "chosen ms", "best", "best ms", "regret", "spearman",
-                "note"):
+                "within 10%", "note"):
         t.add_column(col, justify="left" if col in ("partitioner", "note") else "right")
     for label, p in parts.items():
         if p.get("error"):
-            t.add_row(label, "-", "-", "-", "-", "-", "-", printable(p["error"], markup=True))
+            t.add_row(label, "-", "-", "-", "-", "-", "-", "-", printable(p["error"], markup=True))
             continue
         chosen, best = str(p.get("chosen")), str(p.get("best"))
         if p.get("transport"):  # a (split, transport) pair, scored among the measured pairs
@@ -532,7 +541,7 @@ def _print_partitioners(console, summary: dict) -> None:
         regret = _f(p.get("regret"), 3) + (" (tie)" if p.get("tie") else "")
         t.add_row(label, chosen, _f(p.get("chosen_ms")), best,
                   _f(p.get("best_ms")), regret, _f(p.get("spearman"), 3),
-                  str(p.get("criterion") or ""))
+                  _pct(p.get("within_10pct")), str(p.get("criterion") or ""))
     console.print(t)
     if any(p.get("tie") for p in parts.values()):
         console.print("(tie) = the chosen split is in the best set: this sweep cannot tell it "

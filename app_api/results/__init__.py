@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app_api.results.frames import Run, load
 from app_api.results.pareto import (
     DEFAULT_OBJECTIVES,
     OBJECTIVES,
@@ -35,8 +36,9 @@ from app_api.results.summary import best_split, build_summary, split_stats
 
 __all__ = [
     "CONFIGS_FILE", "CONFIG_COLUMNS", "CONFIG_MODES", "DEFAULT_OBJECTIVES", "INFER_COLUMNS",
-    "LAYER_COLUMNS", "OBJECTIVES", "ParetoGroup", "ResultsWriteError", "RunWriter", "best_split",
+    "LAYER_COLUMNS", "OBJECTIVES", "ParetoGroup", "ResultsWriteError", "Run", "RunWriter",
+    "best_split",
     "build_summary", "claim_run_dir", "complete_rows", "config_label", "find_run", "list_runs",
-    "load_summary", "new_run_id", "pareto_front", "parse_objectives", "prepare_resume",
+    "load", "load_summary", "new_run_id", "pareto_front", "parse_objectives", "prepare_resume",
     "read_configs", "read_group_configs", "read_csv", "results_root", "safe_cell", "split_stats",
 ]

@@ -6,9 +6,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app_api.results import CONFIGS_FILE, ResultsWriteError, build_summary
+from app_api.results import ResultsWriteError, build_summary
 from app_api.results.fidelity import codec_summary
-from app_api.results.metrics import metrics_summary, write_metrics
+from app_api.results.metrics import metrics_summary, score_energy, write_metrics
 from app_api.results.summary import rows_of_transport
 from app_api.runner.evaluate import evaluate_run, measurement_noise, pair_noise, pair_samples
 from app_api.runner.pipeline import pipeline_summary
@@ -100,6 +100,7 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         summary["codecs"] = codecs
     if state.eval_ctx is not None and summary["splits"] and getattr(w, "failure", None) is None:
         summary["partitioners"] = score_partitioners(state, summary, w.dir, w.rows)
+        score_energy(summary)
         # on a codec sweep: the noise of the per-split oracle (the run's transport, which
         # split-only partitioners are scored on) and of the pairs' (split-codec's)
         label = (summary.get("split_transport") or {}).get("label")
@@ -163,44 +164,21 @@ def run_transport(state: RunState, rows: list[dict]) -> str | None:
 
 
 def draw_plots(summary: dict, run_dir: Path) -> None:
-    """The run's plots: per split point from the summary, ``rate-fidelity.png`` when it
-    swept transports, and ``pareto.png`` when the run measured pipeline configurations
-    (``configs.csv``). A plot that fails is logged, never
-    raised: a plot must never lose a run."""
-    try:
-        # matplotlib: imported only once there is something to draw
-        from app_api.results.plots import draw
+    """The run's figures (every kind that applies: :mod:`app_api.results.figures`), then
+    ``report.html``, after the run, off its timed path. A figure or a report that fails is
+    logged, never raised: they must never lose a run."""
+    try:  # matplotlib: imported only once there is something to draw
+        from app_api.results.figures import draw_kinds
 
-        draw(summary, run_dir)
+        draw_kinds(summary, Path(run_dir))
     except Exception as exc:
         log.warning("plots not drawn: %s", exc)
-    if summary.get("codecs"):
-        try:
-            from app_api.results.plots import draw_rate_fidelity
-
-            draw_rate_fidelity(summary, Path(run_dir))
-        except Exception as exc:
-            log.warning("rate-fidelity plot not drawn: %s", exc)
     try:
-        from app_api.results.plots import draw_timeline
+        from app_api.results.report import write_report
 
-        draw_timeline(Path(run_dir))
+        write_report(Path(run_dir), summary)
     except Exception as exc:
-        log.warning("timeline plot not drawn: %s", exc)
-    if summary.get("adaptive"):
-        try:
-            from app_api.results.adaptive_plot import draw_adaptive
-
-            draw_adaptive(summary, Path(run_dir))
-        except Exception as exc:
-            log.warning("adaptive plot not drawn: %s", exc)
-    if (Path(run_dir) / CONFIGS_FILE).exists():
-        try:
-            from app_api.results.plots import draw_pareto_of_run
-
-            draw_pareto_of_run(Path(run_dir))
-        except Exception as exc:
-            log.warning("pareto plot not drawn: %s", exc)
+        log.warning("report.html not written: %s", exc)
 
 
 def write_summary(writer, summary: dict) -> bool:

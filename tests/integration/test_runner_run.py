@@ -68,10 +68,14 @@ def run_and_check(name: str, overrides: list[str], tmp_path: Path, n_items: int,
     assert {f for f in ("manifest.yaml", "overrides.json", "environment.json", "summary.json")} <= {
         p.name for p in result.run_dir.iterdir()
     }
-    assert sorted(p.name for p in (result.run_dir / "plots").iterdir()) == [
-        "bytes_per_split.png",
-        "latency_per_split.png",
-    ]
+    plots = {p.name for p in (result.run_dir / "plots").iterdir()}
+    # resources.png too where the run measured memory or energy per split
+    assert plots - {"resources.png"} == {"best_vs_bandwidth.png", "bytes_per_split.png",
+                                         "latency_per_split.png", "layers.png"}
+    assert (result.run_dir / "report.html").stat().st_size > 10_000
+    budget = s["latency_budget"]
+    assert budget["source"] == "stages" and budget["inferences"] == len(rows)
+    assert s["warmup"]["inferences"] > 0 and not s["warmup"]["recorded"]
     env = json.loads((result.run_dir / "environment.json").read_text())
     assert set(env) == {"edge-1", "cloud-1"} and all(e["threads"] == 1 for e in env.values())
     if platform.libc_ver()[0] == "glibc":  # participants keep freed memory (runtime/allocator.py)
