@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from app_api.results.summary import _num
+from app_api.results.summary import num
 
 #: the fidelity floor (top-1 agreement with the unsplit model) when the manifest sets none
 DEFAULT_FLOOR = 0.99
@@ -27,7 +27,7 @@ def is_input_baseline(split: int, transport: str) -> bool:
 
 
 def _vals(rows: list[dict], key: str) -> list[float]:
-    return [v for v in (_num(r.get(key)) for r in rows) if v is not None]
+    return [v for v in (num(r.get(key)) for r in rows) if v is not None]
 
 
 def _median(rows: list[dict], key: str) -> float | None:
@@ -139,12 +139,12 @@ def run_rates(summary: dict, bandwidths: Iterable | None = None) -> list[tuple[s
 
     out = [(str(b), parse_rate(b)) for b in (bandwidths or [])]
     lab = (summary.get("network") or {}).get("lab") or {}
-    if _num(lab.get("bandwidth_Bps")):
+    if num(lab.get("bandwidth_Bps")):
         conf = (lab.get("configured") or {}).get("bandwidth")
         out.append((f"lab link{f' ({conf})' if conf else ''}", float(lab["bandwidth_Bps"])))
         return out
     for inst, link in sorted((summary.get("network") or {}).items()):
-        if inst != "lab" and isinstance(link, dict) and _num(link.get("bandwidth_Bps")):
+        if inst != "lab" and isinstance(link, dict) and num(link.get("bandwidth_Bps")):
             out.append((f"probed {inst} link", float(link["bandwidth_Bps"])))
             break
     return out

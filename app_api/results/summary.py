@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from app_api.results.dispersion import best_set, mad, median_interval
 
 
-def _num(v) -> float | None:
+def num(v) -> float | None:
+    """A CSV cell as a float; None for an empty, non-numeric or NaN cell."""
     if v is None or v == "":
         return None
     try:
@@ -38,7 +39,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _median(rows: list[dict], key: str) -> float | None:
-    vals = [v for v in (_num(r.get(key)) for r in rows) if v is not None]
+    vals = [v for v in (num(r.get(key)) for r in rows) if v is not None]
     return statistics.median(vals) if vals else None
 
 
@@ -58,7 +59,7 @@ def split_stats(rows: Iterable[dict]) -> list[dict]:
     out = []
     for k in sorted(by_split):
         ok = by_split[k]
-        e2e = [v for v in (_num(r.get("e2e_ms")) for r in ok) if v is not None]
+        e2e = [v for v in (num(r.get("e2e_ms")) for r in ok) if v is not None]
         out.append({
             "split": k,
             "layer": layer.get(k, ""),
@@ -102,7 +103,7 @@ def e2e_samples(rows: Iterable[dict]) -> dict[int, list[float]]:
     """``{split: [e2e ms, ...]}`` of the successful rows, in the order they ran."""
     out: dict[int, list[float]] = {}
     for r in rows:
-        v = None if r.get("error") else _num(r.get("e2e_ms"))
+        v = None if r.get("error") else num(r.get("e2e_ms"))
         if v is not None:
             out.setdefault(int(r["split"]), []).append(v)
     return out
@@ -150,7 +151,7 @@ def build_summary(rows: list[dict], transport: str | None = None, **meta) -> dic
     splits = split_stats(own)
     failed = sum(1 for r in rows if r.get("error"))
     copied = int((meta.get("resumed_from") or {}).get("rows") or 0)
-    e2e_sum = sum(v for v in (_num(r.get("e2e_ms")) for r in rows[copied:] if not r.get("error"))
+    e2e_sum = sum(v for v in (num(r.get("e2e_ms")) for r in rows[copied:] if not r.get("error"))
                   if v is not None) / 1e3
     summary = dict(meta)
     summary.update(
@@ -166,6 +167,6 @@ def build_summary(rows: list[dict], transport: str | None = None, **meta) -> dic
             "label": label, "run_transport": transport, "inferences": len(own),
             "note": f"per-split figures are the {label} rows'; every (split, transport) pair "
                     "is under codecs.pairs"}
-    wall = _num(summary.get("wall_s"))
+    wall = num(summary.get("wall_s"))
     summary["overhead"] = (wall / e2e_sum) if wall and e2e_sum > 0 else None
     return summary

@@ -112,7 +112,7 @@ class CyclicPartitioner(Partitioner):
         if self.done and int(refine):
             raise TracrError("cyclic: resuming a sweep with refine rounds is not supported",
                              hint="resume with partitioner.params.refine=0, or run it again")
-        self.transports = _transports(transports)
+        self.transports = parse_transports(transports)
         if self.transports and (int(refine) or self.done):
             raise TracrError("cyclic: transports cannot be combined with refine rounds or a "
                              "resume", hint="set partitioner.params.refine=0 and run it again")
@@ -413,7 +413,7 @@ def _race(race: Any) -> dict | None:
 _INPUT_ONLY = ("jpeg", "webp")
 
 
-def _transports(items: Any) -> list[tuple[dict, list[int] | None, Any]]:
+def parse_transports(items: Any) -> list[tuple[dict, list[int] | None, Any]]:
     """``(transport dict, splits or None, CodecConfig)`` per item of the ``transports``
     param, checked (each dict as the manifest's ``transport`` section takes it)."""
     if items in (None, []):

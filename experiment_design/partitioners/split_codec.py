@@ -26,7 +26,7 @@ from experiment_design.partitioners.base import (
     Partitioner,
     register_partitioner,
 )
-from experiment_design.partitioners.cyclic import _transports
+from experiment_design.partitioners.cyclic import parse_transports
 from experiment_design.partitioners.predicted import PredictedArgmin
 
 #: the transports tried when the manifest names none: lossless, float16, int8 (per tensor
@@ -118,7 +118,7 @@ class SplitCodec(Partitioner):
         if probe_splits is not None:
             self.params["probe_splits"] = int(probe_splits)
         self.floor = self.params["floor"]
-        self.transports = _transports(DEFAULT_TRANSPORTS if transports is None else transports)
+        self.transports = parse_transports(DEFAULT_TRANSPORTS if transports is None else transports)
         if not self.transports:
             raise TracrError("split-codec: transports is empty", hint="name at least one")
         if int(probe_items) < 1:

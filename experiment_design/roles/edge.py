@@ -112,7 +112,7 @@ class EdgeRole(ChainMember):
         ``splits`` or every allowed one), ``splits`` (``"all"`` or a list), ``max_splits``
         (at most that many cuts, evenly spread) and ``items`` (preloaded inputs, default 2).
         Untimed work: it runs before anything is measured."""
-        from experiment_design.partitioners.cyclic import _transports
+        from experiment_design.partitioners.cyclic import parse_transports
         from experiment_design.runtime.fidelity import probe, spread
 
         valid = list(self.split_model.valid_splits())
@@ -121,7 +121,7 @@ class EdgeRole(ChainMember):
             valid = [k for k in valid if k in {int(s) for s in splits}]
         if request.get("max_splits"):
             valid = spread(valid, int(request["max_splits"]))
-        pairs = [(k, cfg) for k in valid for _, only, cfg in _transports(request["transports"])
+        pairs = [(k, cfg) for k in valid for _, only, cfg in parse_transports(request["transports"])
                  if only is None or k in only]
         out = probe(self.split_model, self.inputs, self.references, pairs,
                     int(request.get("items") or 2))
