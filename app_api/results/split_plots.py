@@ -209,13 +209,15 @@ def resource_series(summary: Mapping) -> list[dict]:
     ``metrics``, :mod:`app_api.results.metrics`): one series per participant and figure,
     ``{label, unit, values: {split: value}, interval: {split: [lo, hi]}, note}``."""
     out = []
-    for inst, doc in sorted((summary.get("metrics") or {}).items()):
+    for inst, doc in sorted((summary.get("metrics") or {}).items(),
+                            key=lambda kv: ("edge" not in kv[0], kv[0])):
         if not isinstance(doc, dict):
             continue
         mem = (doc.get("memory") or {}).get("per_split_peak_rss_kb") or {}
         vals = {int(k): v / 1024 for k, v in mem.items() if finite(v)}
         if vals:
-            out.append({"label": f"{inst}: peak RSS", "unit": "MiB", "values": vals,
+            out.append({"label": f"{inst}: peak RSS (axis not from zero)", "unit": "MiB",
+                        "values": vals, "points": True,
                         "interval": {}, "note": (doc.get("memory") or {}).get(
                             "per_split_method") or ""})
         for name, per in sorted((doc.get("energy_per_split") or {}).items()):
@@ -229,6 +231,16 @@ def resource_series(summary: Mapping) -> list[dict]:
                         "interval": {int(k): v.get("interval") for k, v in per.items()
                                      if isinstance(v, dict) and v.get("interval")},
                         "note": f"{name}: {first.get('method')}, {first.get('label')}"})
+    for name, per in sorted((summary.get("energy_by_split") or {}).items()):
+        vals = {int(k): v["j_per_inference"] for k, v in per.items()
+                if isinstance(v, dict) and finite(v.get("j_per_inference"))}
+        if vals:
+            label = next(iter(per.values())).get("label")
+            out.append({"label": f"energy of every participant together ({name}, {label})",
+                        "unit": "J per inference", "values": vals,
+                        "interval": {int(k): v.get("interval") for k, v in per.items()
+                                     if isinstance(v, dict) and v.get("interval")},
+                        "note": ""})
     return out
 
 
@@ -241,15 +253,24 @@ def draw_resources(summary: Mapping, run_dir: Path, formats: Iterable[str] = ("p
     if not series or not splits:
         return []
     plt = pyplot()
-    fig, axes = plt.subplots(len(series), 1, figsize=(TEXT_IN, 1.2 + 1.3 * len(series)),
+    fig, axes = plt.subplots(len(series), 1, figsize=(TEXT_IN, 1.4 + 1.4 * len(series)),
                              sharex=True, squeeze=False)
     for ax, ser in zip(axes[:, 0], series, strict=True):
         ks = [int(s["split"]) for s in splits]
         h = [ser["values"].get(k) for k in ks]
         iv = [ser["interval"].get(k) for k in ks]
-        colour = COLOURS["cloud"] if "cloud" in ser["label"] else COLOURS["edge"]
-        ax.bar([i for i, v in enumerate(h) if v is not None], [v for v in h if v is not None],
-               0.7, color=colour)
+        colour = ("#8172b2" if ser["label"].startswith("energy of every") else
+                  COLOURS["cloud"] if "cloud" in ser["label"] else COLOURS["edge"])
+        xs = [i for i, v in enumerate(h) if v is not None]
+        if ser.get("points"):  # a process's peak: the differences between splits matter
+            ys = [v for v in h if v is not None]
+            ax.plot(xs, ys, "o-", ms=3, lw=0.8, color=colour)
+            # at least 2% of the value on the axis: a 0.05 MiB step must not look like a cliff
+            mid, half = (max(ys) + min(ys)) / 2, max(max(ys) - min(ys), 0.02 * max(ys)) * 0.75
+            ax.set_ylim(mid - half, mid + half)
+            ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+        else:
+            ax.bar(xs, [v for v in h if v is not None], 0.7, color=colour)
         err = [(i, v, b) for i, (v, b) in enumerate(zip(h, iv, strict=True)) if v and b]
         if err:
             ax.errorbar([i for i, _, _ in err], [v for _, v, _ in err],
@@ -258,7 +279,8 @@ def draw_resources(summary: Mapping, run_dir: Path, formats: Iterable[str] = ("p
         ax.set_ylabel(ser["unit"])
         ax.set_title(ser["label"], loc="left", fontsize=7)
     _xticks(axes[-1, 0], splits)
-    fig.suptitle(f"{summary.get('experiment')}: memory and energy per split point")
+    fig.subplots_adjust(hspace=0.45)
+    fig.suptitle(f"{summary.get('experiment')}: memory and energy per split point", y=0.99)
     caption(fig, summary, envs, "; ".join(dict.fromkeys(s["note"] for s in series if s["note"])))
     return save(fig, run_dir, "resources", formats)
 
