@@ -82,6 +82,11 @@ class ParticipantHandle(ABC):
     def alive(self) -> bool:
         """True while the participant process runs."""
 
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` began (a launcher sets ``_stopped``): waits end at once."""
+        return bool(getattr(self, "_stopped", False))
+
     def ended(self) -> str:
         """How a participant that is no longer :meth:`alive` ended, for messages
         (``died (pid N)``; a launcher that can tell a lost connection says so)."""
@@ -176,7 +181,7 @@ def startup_error(handle: ParticipantHandle, spec: ParticipantSpec, t0: float,
                   what: str = "starting", silent_s: float | None = None) -> TracrError | None:
     """Why a start-up wait must end now, or None: the participant went silent for its
     liveness timeout, the start-up cap passed, or the handle was stopped (Ctrl-C)."""
-    if getattr(handle, "_stopped", False):
+    if handle.stopped:
         return TracrError(f"participant {spec.instance} on {handle.host_label}: "
                           f"stopped while {what}")
     silent = handle.silent_for()
