@@ -451,6 +451,10 @@ def _print_adaptive(console, summary: dict) -> None:
         f"split {a.get('best_fixed')} {_f(a.get('best_fixed_ms'))} ms; mean over "
         f"{hs.get('intervals_scored')} intervals of {hs.get('interval_s')} s, aligned by "
         f"{hs.get('aligned_by')})", highlight=False)
+    console.print(
+        f"  against the per-interval best mean: {_f(a.get('adaptive_over_hindsight_mean'), 3)};"
+        f" hindsight over the best fixed split (what adapting could gain at most): "
+        f"{_f(a.get('hindsight_over_best_fixed'), 3)}", highlight=False)
 
 
 def _rate(bps) -> str:

@@ -51,6 +51,8 @@ def test_perfect_adaptive_matches_hindsight_and_beats_the_best_fixed_split():
     assert out["best_fixed"] == 2 and out["best_fixed_ms"] == pytest.approx(40.0)
     assert out["adaptive_over_hindsight"] == pytest.approx(1.0, abs=0.01)
     assert out["adaptive_over_best_fixed"] == pytest.approx(0.75, abs=0.01)
+    assert out["hindsight_over_best_fixed"] == pytest.approx(0.75)
+    assert out["adaptive_over_hindsight_mean"] == pytest.approx(1.0, abs=0.01)
     # the plain mean over inferences counts the fast interval's many inferences more
     assert out["adaptive_mean_ms"] < out["adaptive_ms"]
 
