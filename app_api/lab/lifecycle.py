@@ -462,6 +462,9 @@ def link_report() -> dict:
         "rtt_ms": measured.get("rtt_ms"),
         "configured": dict(state.get("shaping") or {}),
         "measured": measured,
+        # per host and direction, and the last `tracr lab verify` (a run records both)
+        "links": state.get("links"),
+        "verify": state.get("verify"),
         "cpu": {
             h["name"]: {
                 "quota": h.get("cpu_quota"),

@@ -4,8 +4,9 @@ Per host, each direction is measured against the observer (the root namespace), 
 side is never shaped, so each figure meets exactly one configured direction:
 
 - **goodput** (``up``: host -> observer, ``down``: observer -> host): UDP messages of
-  64 KiB, 1 MiB and 8 MiB (the largest that the link sends within a few seconds), sent a
-  quarter faster than the link's rate so its queue never empties; the receiver times the
+  64 KiB, 1 MiB and 8 MiB (the largest that the link sends within a few seconds), the
+  first 4 ms of each at once, the rest a quarter faster than the link's rate, so its
+  queue never empties; the receiver times the
   payload from the first tenth of each message to its last datagram (so tbf's bucket, an
   initial burst, does not count). Lost datagrams never take the link's capacity, so the
   figure is the link's rate whatever its loss. The link is configured in frame bytes;
@@ -103,6 +104,7 @@ def _plan(cfg: LinkConfig, quick: bool, rtt_ms: float, pings: int) -> dict:
     return {"pings": pings, "ping_timeout_s": max(0.5, 4 * rtt_ms / 1000),
             "ping_gap_s": 0.005, "messages": sizes, "drain_s": drain,
             "pace_Bps": 1.25 * hi if hi else 0,
+            "burst": max(8, math.ceil(0.004 * hi / udpprobe.FRAME)) if hi else 0,
             "loss": [[LOSS_PACKETS if not quick else 2000, loss_rate]],
             "end_wait_s": rtt_ms / 1000 + 0.3}
 
@@ -141,6 +143,35 @@ def _direction(rows: list, out: dict, where: str, cfg: LinkConfig, plan: dict,
         lo, hi = loss_interval(sent, cfg)
         rows.append(_row("loss", where, f"{100 * cfg.mean_loss():g}%: {lo}-{hi} of {sent}",
                          f"{lost} ({100 * lost / sent:.2f}%)", lo <= lost <= hi))
+
+
+RETRIES = 2
+
+
+def _again(rows: list, where: str, cfg: LinkConfig, plan: dict, epoch, measure) -> None:
+    """Measure a direction's goodput again (``RETRIES`` times at most) while a message
+    reads below its rate, keeping each message's best reading. A link cannot beat its
+    rate, but a machine busy with other work can stall the probe's sender and leave the
+    link idle for part of a message (on this 2-CPU machine a 64 KiB message read 16%
+    low once while other tests ran); every reading is kept in the row's note."""
+    mine = {r["check"]: r for r in rows if r["link"] == where and r["check"].startswith("goodput")}
+    for _ in range(RETRIES):
+        low = [r for r in mine.values() if r["ok"] is False]
+        if not low:
+            return
+        again: list = []
+        _direction(again, measure(dict(plan, pings=0, loss=[])), where, cfg,
+                   dict(plan, loss=[]), epoch)
+        for r in again:
+            old = mine.get(r["check"])
+            if old is None or old["ok"] is not False or r["measured"] is None:
+                continue
+            readings = old.setdefault("readings", [old["measured"]])
+            readings.append(r["measured"])
+            if old["measured"] is None or r["measured"] > old["measured"]:
+                old.update(measured=r["measured"], ok=r["ok"], configured=r["configured"])
+                old["note"] = r["note"]
+            old["note"] = f"{old['note'].split(' (best')[0]} (best of {len(readings)})"
 
 
 PING_FRAME = 59  # a ping's frame: 17 bytes of UDP payload
@@ -208,11 +239,15 @@ def verify_lab(quick: bool = False, pings: int = 40, say=lambda m: None) -> dict
         say(f"{name}: up (host -> observer)")
         out = udpprobe.session(h["ns"], None, observer, plan_up, _timeout(plan_up))
         _direction(rows, out, f"{name} up", up, plan_up, epochs.get((name, "up")))
+        _again(rows, f"{name} up", up, plan_up, epochs.get((name, "up")),
+               lambda p, h=h: udpprobe.session(h["ns"], None, observer, p, _timeout(p)))
         plan_down = _plan(down, quick, rtt, pings)
         say(f"{name}: down (observer -> host) and round trip")
         out = udpprobe.session(None, h["ns"], h["address"], plan_down, _timeout(plan_down))
         _rtt_row(rows, out, f"observer <-> {name}", ping_time([up, down]))
         _direction(rows, out, f"{name} down", down, plan_down, epochs.get((name, "down")))
+        _again(rows, f"{name} down", down, plan_down, epochs.get((name, "down")),
+               lambda p, h=h: udpprobe.session(None, h["ns"], h["address"], p, _timeout(p)))
     hosts = state["hosts"]
     for a, b in zip(hosts, hosts[1:], strict=False):
         want = ping_time([spec[x["name"]][d] for x in (a, b) for d in ("up", "down")])

@@ -16,6 +16,7 @@ from app_api.runner import labcheck, network
 from app_api.runner.bandwidths import run_bandwidths
 from app_api.runner.observer import RunResult
 from app_api.runner.plan import PLAIN, SHAPED, SWEEP, RunPlan
+from experiment_design.errors import TracrError
 
 
 def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: bool = True,
@@ -31,12 +32,20 @@ def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: b
     elif out_dir is not None:
         claim_run_dir(out_dir)  # refused (exit 2) if it holds a previous run
     t0 = time.time()
-    if plan.kind == PLAIN:
-        result = network.run_plain(plan.runs[0], out_dir=out_dir, progress=progress)
-    elif plan.kind == SHAPED:
-        result = network.run_shaped(plan.runs[0], out_dir=out_dir, progress=progress, say=say)
-    else:
-        result = run_bandwidths(plan, out_dir=out_dir, progress=progress, say=say)
+    try:
+        if plan.kind == PLAIN:
+            result = network.run_plain(plan.runs[0], out_dir=out_dir, progress=progress)
+        elif plan.kind == SHAPED:
+            result = network.run_shaped(plan.runs[0], out_dir=out_dir, progress=progress,
+                                        say=say)
+        else:
+            result = run_bandwidths(plan, out_dir=out_dir, progress=progress, say=say)
+    except TracrError as exc:  # a deploy or set-up that failed: was the lab's link the cause?
+        dead = labcheck.lab_health_errors(plan.manifest)
+        if dead:
+            raise TracrError(f"{exc}\n" + "; ".join(dead),
+                             hint="sudo tracr lab down, then tracr lab up again") from exc
+        raise
     labcheck.record_link(plan.manifest, result.run_dir, t0, time.time())
     if not result.ok:  # a lost participant: name a dead lab helper as the cause
         for reason in labcheck.lab_health_errors(plan.manifest):

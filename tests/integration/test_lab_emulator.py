@@ -100,3 +100,51 @@ def test_a_killed_emulator_is_named_at_once(cfg):
     finally:
         lab.down()
     assert "trlab-" not in _links()
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_a_run_whose_emulator_is_killed_ends_naming_it(cfg, tmp_path):
+    import csv
+    import sys
+    from pathlib import Path
+
+    from app_api import lab
+
+    repo = Path(__file__).resolve().parents[2]
+    lab.up(hosts=2, bandwidth="16Mbit", delay_ms="5ms", verify=False)
+    out = tmp_path / "run"
+    argv = [sys.executable, "app.py", "experiment", "run", "alexnet-sweep-lab", "--out", str(out),
+            "--no-progress", "--set", "partitioner.params.repeats=4",
+            "--set", "dataset.params.limit=4", "--set", "run.warmup=1"]
+    log = open(tmp_path / "run.log", "w+")  # noqa: SIM115 - closed below
+    run = subprocess.Popen(argv, cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)),
+                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def rows() -> int:
+        try:
+            with open(out / "inferences.csv") as fh:
+                return sum(1 for _ in csv.reader(fh)) - 1
+        except OSError:
+            return 0
+
+    try:
+        deadline = time.monotonic() + 180
+        while rows() < 1 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert run.poll() is None and rows() >= 1, "no inference measured in time"
+        os.kill(lab.load_state()["emulator"]["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        rc = run.wait(timeout=150)  # the liveness timeout, then teardown: never a hang
+        log.seek(0)
+        output = log.read()
+        print(f"the run ended {time.monotonic() - killed:.1f} s after the emulator was killed")
+        assert rc == 1, output[-3000:]
+        assert "link emulator" in output and "is not running" in output, output[-3000:]
+        assert "Traceback" not in output
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        log.close()
+        lab.down()

@@ -105,3 +105,23 @@ def test_a_dead_emulator_is_named():
     assert len(dead) == 1 and "link emulator (pid" in dead[0] and "cut off" in dead[0]
     with pytest.raises(TracrError, match="link emulator"):
         verify.require_verified(state)
+
+
+def test_a_goodput_read_low_is_measured_again_and_the_best_kept():
+    cfg = LinkConfig(rate_Bps=2e6)
+    plan = {"messages": [64 << 10], "loss": [[100, 1e5]], "pings": 0}
+
+    def session(stretch: float) -> dict:
+        arrivals = [[i, 100 + stretch * i * 1514 / 2e6, 1472] for i in range(45)]
+        return {"msgs": {"1": arrivals}, "loss_sent": {"1": 100}, "loss": {"1": 100}}
+
+    rows: list = []
+    verify._direction(rows, session(1.2), "lab-1 up", cfg, plan, None)
+    assert rows[0]["ok"] is False and rows[1]["check"] == "loss"
+    asked = []
+    verify._again(rows, "lab-1 up", cfg, plan, None,
+                  lambda p: asked.append(p) or session(1.0))
+    assert len(asked) == 1 and asked[0]["loss"] == []  # only the messages again
+    assert rows[0]["ok"] is True
+    assert rows[0]["measured"] == pytest.approx(2e6 * 1472 / 1514, rel=1e-6)
+    assert rows[0]["note"].endswith("(best of 2)") and len(rows[0]["readings"]) == 2
