@@ -144,7 +144,8 @@ def adaptive_summary(summary: dict, rows: Sequence[Mapping], run_dir: Path | Non
     scored["clock"] = {"t0": clock.t0, "period_s": clock.period_s}
     out["hindsight"] = scored
     for key in ("adaptive_over_hindsight", "adaptive_over_best_fixed",
-                "adaptive_over_hindsight_mean", "hindsight_over_best_fixed", "adaptive_ms",
+                "adaptive_over_hindsight_mean", "adaptive_over_hindsight_cv",
+                "hindsight_over_best_fixed", "adaptive_ms",
                 "hindsight_ms", "best_fixed", "best_fixed_ms", "adaptive_mean_ms"):
         out[key] = scored.get(key)
     return out

@@ -23,7 +23,9 @@ over the adaptive phase's inferences is ``adaptive_mean_ms``. The headline ratio
 medians, the adaptive one a mean: the tail of the latencies counts against the adaptive
 side alone, so ``adaptive_over_hindsight_mean`` compares with the per-interval best
 *mean* too. ``hindsight_over_best_fixed`` is the ceiling of what adapting can gain over
-the best fixed split on that trace.
+the best fixed split on that trace. ``adaptive_over_hindsight_cv`` takes the per-interval
+best cross-validated (:func:`cross_validated_best`): among close splits the minimum of
+a few samples' medians is the luckiest, not the best.
 """
 
 from __future__ import annotations
@@ -90,6 +92,23 @@ def _by_interval(rows: Iterable[Mapping], clock: TraceClock, interval_s: float
     return out
 
 
+def cross_validated_best(by_split: Mapping[int, Sequence[float]]) -> float | None:
+    """The per-interval best without the winner's curse: the samples of each split dealt
+    alternately into two halves (in the order they ran), the split with the lowest median
+    in one half scored by its median in the other, both ways round, averaged. The plain
+    minimum of the medians is biased low where several splits are close (it picks whichever
+    drew the luckiest samples); None unless two splits have two samples in each half."""
+    halves = [{k: statistics.median(v[h::2]) for k, v in by_split.items() if len(v) >= 4}
+              for h in (0, 1)]
+    if len(halves[0]) < 2:
+        return None
+    out = []
+    for a, b in ((halves[0], halves[1]), (halves[1], halves[0])):
+        k = min(a, key=lambda j: (a[j], j))
+        out.append(b[k])
+    return statistics.fmean(out)
+
+
 def score(rows: Iterable[Mapping], phases: Mapping[str, Sequence[float | None]],
           clock: TraceClock, interval_s: float, min_samples: int = 2,
           rate_of=None, sweep_ids: Sequence[Sequence[int]] | None = None) -> dict:
@@ -123,6 +142,7 @@ def score(rows: Iterable[Mapping], phases: Mapping[str, Sequence[float | None]],
                by_split.values())), "adaptive_n": len(mine),
                "best_split": best, "best_ms": medians.get(best),
                "best_mean_ms": min(means.values()) if means else None,
+               "best_cv_ms": cross_validated_best(by_split),
                "medians": medians,
                "adaptive_ms": statistics.fmean(float(r["e2e_ms"]) for r in mine) if mine else None,
                "adaptive_splits": sorted({int(r["split"]) for r in mine})}
@@ -149,6 +169,10 @@ def score(rows: Iterable[Mapping], phases: Mapping[str, Sequence[float | None]],
     fixed = {k: statistics.fmean(r["medians"][k] for r in used) for k in everywhere}
     best_fixed = min(fixed, key=lambda k: (fixed[k], k)) if fixed else None
     by_mean = statistics.fmean(r["best_mean_ms"] for r in used)
+    cv = [r["best_cv_ms"] for r in used if r["best_cv_ms"] is not None]
+    if len(cv) == len(used):
+        out.update(hindsight_cv_ms=statistics.fmean(cv),
+                   adaptive_over_hindsight_cv=adaptive / statistics.fmean(cv))
     out.update(hindsight_ms=hindsight, adaptive_ms=adaptive,
                hindsight_mean_ms=by_mean, adaptive_over_hindsight_mean=adaptive / by_mean,
                hindsight_over_best_fixed=hindsight / fixed[best_fixed] if fixed else None,

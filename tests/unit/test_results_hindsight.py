@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 
 import pytest
 
@@ -167,3 +168,15 @@ def test_interleaved_phases_are_told_apart_by_inference_id():
     assert out["interleaved"] and out["intervals_scored"] == 2
     assert out["adaptive_over_hindsight"] == pytest.approx(1.0, abs=0.01)
     assert out["best_fixed"] == 2 and out["adaptive_over_best_fixed"] == pytest.approx(0.75, abs=0.01)
+
+
+def test_cross_validated_best_is_not_the_luckiest_of_close_splits():
+    from app_api.results.hindsight import cross_validated_best
+
+    # two splits alike (each sample 90 or 110 ms at random): the minimum of the medians
+    # picks whichever drew low (90); each half's winner scored on the other half does not
+    lucky = {0: [90.0, 90.0, 90.0, 110.0, 90.0, 110.0],
+             2: [110.0, 90.0, 110.0, 90.0, 110.0, 110.0]}
+    assert min(statistics.median(v) for v in lucky.values()) == 90.0
+    assert cross_validated_best(lucky) == pytest.approx(110.0)
+    assert cross_validated_best({0: [1.0, 2.0, 3.0]}) is None
