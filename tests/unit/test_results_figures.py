@@ -167,3 +167,21 @@ def test_an_unknown_export_format_is_refused_with_the_valid_ones(tmp_path):
     with pytest.raises(TracrError) as err:
         load(run_dir).export("xlsx")
     assert "csv, parquet, json" in err.value.hint
+
+
+def test_tracr_results_plot_draws_the_kinds_and_formats_asked_and_rewrites_the_report(
+        tmp_path, capsys):
+    from app import main
+
+    run_dir, _ = write_run(tmp_path)
+    assert main(["results", "plot", str(run_dir), "--kind", "latency", "--kind", "bytes",
+                 "--format", "svg", "--format", "png"]) == 0
+    assert sorted(p.name for p in (run_dir / "plots").iterdir()) == [
+        "bytes_per_split.png", "bytes_per_split.svg", "latency_per_split.png",
+        "latency_per_split.svg"]
+    assert (run_dir / "report.html").exists()
+    assert main(["results", "plot", str(run_dir), "--kind", "pareto"]) == 0
+    assert "no figure applies" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:  # argparse names the valid formats
+        main(["results", "export", str(run_dir), "--format", "xlsx"])
+    assert exit_.value.code == 2
