@@ -90,6 +90,8 @@ FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "cuts": (_list_of(_cut, MAX_ROUTE), "a list of cut indices"),
     "pipe": (lambda v: type(v) is bool, "true or false"),
     "count": (_int(1, 1 << 20), "an integer 1-1048576"),
+    "done": (_int(0, 1 << 20), "an integer 0-1048576"),
+    "progress_s": (lambda v: _number(v) and 0 < v <= 86400, "a number of seconds, 0-86400"),
     "stages": (_list_of(_record, MAX_ROUTE), "a list of stage records"),
     "layers": (_layers, "a list of [layer, ms] pairs"),
     "error": (_text(MAX_TEXT), "a string"),

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 _ACCEPT_BATCH = 16  # connections taken from the backlog per turn of the loop
 _TICK_S = 0.25  # the loop looks at deadlines at least this often
+_KEYS_KEPT = 64  # link keys remembered by a server that derives them from the run's secret
 
 
 def _tune(sock: socket.socket) -> None:
@@ -183,7 +184,9 @@ class DataServer:
                     raise AuthError("no partner is admitted yet")
                 key = self._keys.get(name)
                 if key is None:
-                    key = self._keys[name] = auth.link_key(self.secret, self.name, name)
+                    key = auth.link_key(self.secret, self.name, name)
+                    if len(self._keys) < _KEYS_KEPT:  # names are the peer's to choose
+                        self._keys[name] = key
                 return key
             p = partners.get(name)
             if p is None:
