@@ -164,3 +164,70 @@ def frequency_source(root: Path = Path("/")) -> FrequencySource:
     files = [f for f in files if f.exists()]
     cpuinfo = root / "proc/cpuinfo"
     return FrequencySource(files, cpuinfo if cpuinfo.exists() else None)
+
+
+class OpenFiles:
+    """The files a sampler reads at every sample, opened once and re-read with ``pread``:
+    one system call per file and little Python, so the sampler holds the interpreter lock
+    (which the inference thread needs between layers) for as short a time as it can."""
+
+    def __init__(self, root: Path = Path("/"), throttle: Path | None = None,
+                 reset: bool = True) -> None:
+        self.status = _open(root / "proc/self/status", os.O_RDONLY)
+        self.clear = _open(root / "proc/self/clear_refs", os.O_WRONLY) if reset else None
+        self.cpu_stat = _open(throttle, os.O_RDONLY) if throttle is not None else None
+
+    def memory_kb(self) -> tuple[int | None, int | None]:
+        """(VmRSS, VmHWM) in kB, then the high-water mark reset where allowed."""
+        if self.status is None:
+            return None, None
+        text = os.pread(self.status, 4096, 0)
+        out = (_field(text, b"VmRSS:"), _field(text, b"VmHWM:"))
+        if self.clear is not None:
+            try:
+                os.write(self.clear, b"5")
+            except OSError:
+                os.close(self.clear)
+                self.clear = None
+        return out
+
+    @property
+    def resets(self) -> bool:
+        """The high-water mark is reset at every read."""
+        return self.clear is not None
+
+    def throttled(self) -> tuple[int | None, float | None]:
+        """``(nr_throttled, throttled microseconds)``, as :func:`throttled` reads them."""
+        if self.cpu_stat is None:
+            return None, None
+        text = os.pread(self.cpu_stat, 4096, 0)
+        n = _field(text, b"nr_throttled ")
+        us = _field(text, b"throttled_usec ")
+        if us is None:
+            ns = _field(text, b"throttled_time ")
+            return n, (ns / 1e3 if ns is not None else None)
+        return n, float(us)
+
+    def close(self) -> None:
+        """Close every file."""
+        for fd in (self.status, self.clear, self.cpu_stat):
+            if fd is not None:
+                os.close(fd)
+        self.status = self.clear = self.cpu_stat = None
+
+
+def _open(path: Path, flags: int) -> int | None:
+    try:
+        return os.open(path, flags)
+    except OSError:
+        return None
+
+
+def _field(text: bytes, key: bytes) -> int | None:
+    """The integer after ``key`` at a line's start in ``text`` (None when absent)."""
+    i = text.find(b"\n" + key)
+    i = i + 1 if i >= 0 else (0 if text.startswith(key) else -1)
+    if i < 0:
+        return None
+    end = text.find(b"\n", i)
+    return int(text[i + len(key):end if end >= 0 else None].split()[0])

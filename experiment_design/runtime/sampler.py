@@ -2,11 +2,14 @@
 
 One daemon thread per participant wakes every ``interval_s`` (50 ms by default) and
 appends one sample: RSS and its peak since the previous sample, process CPU seconds,
-the cgroup's throttled periods and time, the CPUs' mean frequency, CUDA's peak
+the cgroup's throttled periods and time, the CPUs' mean frequency (once a second:
+:data:`FREQ_EVERY_S`), CUDA's peak
 allocated bytes since the previous sample (a CUDA model only) and one reading of every
 supported energy collector. It never runs on the inference thread: its cost to the
 timed path is what its wake-ups take from the CPU, which ``tracr bench overhead``
-measures (``sampling_overhead_ratio``).
+measures (``sampling_overhead_ratio``). To keep that small it runs at the lowest
+priority (nice 19: it does not preempt the inference thread when it wakes), keeps its
+files open and reads each with one ``pread`` (about 10 us of CPU a sample here).
 
 Peaks between samples: where the kernel allows it the sampler resets the RSS high-water
 mark after each read (``/proc/self/clear_refs``), so a sample's ``hwm_kb`` is the exact
@@ -38,9 +41,12 @@ log = logging.getLogger(__name__)
 INTERVAL_S = 0.05
 #: samples kept between two polls (a minute at 50 ms); older ones are dropped and counted
 MAX_PENDING = 1200
+#: seconds between two frequency reads: reading "cpu MHz" or scaling_cur_freq on x86 makes
+#: the kernel interrupt every CPU to sample its clock counters, the inference's CPU included
+FREQ_EVERY_S = 1.0
 #: the reference workload: matrix products of this size, timed this many times
 REFERENCE_N = 256
-REFERENCE_REPEATS = 15
+REFERENCE_REPEATS = 31
 
 
 def energy_collectors(spec: Any, root: Path | None = None) -> dict[str, EnergyCollector]:
@@ -56,11 +62,24 @@ def energy_collectors(spec: Any, root: Path | None = None) -> dict[str, EnergyCo
     return {name: create_energy(name, root, **(params or {})) for name, params in items}
 
 
-def reference_ms() -> float:
+def _lower_priority() -> int | None:
+    """Give the calling thread the lowest priority (nice 19) and return it (None where the
+    system has no per-thread priority). A waking sampler of normal priority preempts the
+    inference thread on its CPU; one of the lowest weight mostly waits for a free moment."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (AttributeError, OSError):
+        return None
+
+
+def reference_ms(threads: int | None = None) -> float:
     """Median ms of one fixed piece of work (a 256x256 float32 matrix product on the CPU,
-    the participant's torch threads): the machine's own speed, comparable across a run."""
+    on ``threads`` torch threads): the machine's own speed, comparable across a run."""
     import torch
 
+    if threads:  # the calling thread's own setting: a task thread may not have inherited it
+        torch.set_num_threads(threads)
     a = torch.ones(REFERENCE_N, REFERENCE_N)
     times = []
     with torch.no_grad():
@@ -98,12 +117,17 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._throttle = procstat.throttle_file(self.root)
         self._freq = procstat.frequency_source(self.root)
-        self._resets = procstat.reset_peak(self.root)
         self._mem_source = procstat.memory_kb(self.root)[2]
+        self._files = procstat.OpenFiles(self.root, self._throttle,
+                                         reset=procstat.reset_peak(self.root))
         self._ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
             os.cpu_count() or 1)
         self._last_cpu: tuple[float, float] | None = None
+        self._last_freq_t = 0.0
         self._changed = True
+        #: torch threads of the reference workload (the participant's, read at set-up)
+        self.threads: int | None = None
+        self.nice: int | None = None
 
     # ----- lifecycle ---------------------------------------------------------------------------
     def start(self) -> Sampler:
@@ -131,6 +155,7 @@ class Sampler:
             self._thread.join(timeout=2.0)
         for c in self.collectors.values():
             c.close()
+        self._files.close()
 
     def pause(self) -> None:
         """Stop sampling until :meth:`resume` (the thread sleeps without waking)."""
@@ -141,6 +166,7 @@ class Sampler:
         self._running.set()
 
     def _loop(self) -> None:
+        self.nice = _lower_priority()
         next_t = time.monotonic()
         while not self._stop.is_set():
             if not self._running.is_set():
@@ -162,18 +188,20 @@ class Sampler:
     def sample(self) -> dict:
         """Read everything once and queue the sample."""
         t = time.time()
-        rss, hwm, _ = procstat.memory_kb(self.root)
-        if self._resets:
-            self._resets = procstat.reset_peak(self.root)
+        rss, hwm = self._files.memory_kb()
+        if rss is None and self._mem_source == "psutil":  # no /proc: not Linux
+            rss, hwm, _ = procstat.memory_kb(self.root)
         cpu = procstat.cpu_seconds()
         share = 0.0
         if self._last_cpu is not None and t > self._last_cpu[0]:
             share = (cpu - self._last_cpu[1]) / (t - self._last_cpu[0]) / self._ncpu
         self._last_cpu = (t, cpu)
-        n_thr, thr_us = procstat.throttled(self._throttle)
+        n_thr, thr_us = self._files.throttled()
         row: dict[str, Any] = {"t_unix": t, "rss_kb": rss, "hwm_kb": hwm, "cpu_s": cpu,
-                               "freq_mhz": self._freq.mhz(), "nr_throttled": n_thr,
-                               "throttled_us": thr_us}
+                               "nr_throttled": n_thr, "throttled_us": thr_us}
+        if t - self._last_freq_t >= FREQ_EVERY_S:
+            row["freq_mhz"] = self._freq.mhz()
+            self._last_freq_t = t
         if self.cuda is not None:
             import torch
 
@@ -204,11 +232,11 @@ class Sampler:
         paused = self._running.is_set()
         self.pause()  # the sampler's own wake-ups must not disturb the reference either
         try:
-            ms = reference_ms()
+            ms = reference_ms(self.threads)
         finally:
             if paused:
                 self.resume()
-        ref = {"at": at, "t_unix": time.time(), "ms": ms}
+        ref = {"at": at, "t_unix": time.time(), "ms": ms, "threads": self.threads}
         with self._lock:
             self.references.append(ref)
             self._changed = True
@@ -224,13 +252,16 @@ class Sampler:
             refs = list(self.references)
         return {
             "interval_ms": self.interval_s * 1e3,
+            "frequency_every_s": FREQ_EVERY_S,
             "sources": {"memory": self._mem_source, "cpu": "os.times",
                         "frequency": self._freq.name,
                         "throttling": str(self._throttle) if self._throttle else "none",
                         "cuda": "torch.cuda.max_memory_allocated" if self.cuda is not None
                         else None},
-            "peak_method": "VmHWM reset per sample" if self._resets else "sampled VmRSS",
+            "peak_method": ("VmHWM reset per sample" if self._files.resets
+                            else "sampled VmRSS"),
             "cpus": self._ncpu,
+            "sampler_nice": self.nice,
             "energy": self.probes,
             "reference": {"work": f"{REFERENCE_N}x{REFERENCE_N} float32 matrix product, "
                                   f"median of {REFERENCE_REPEATS}", "runs": refs},
@@ -246,6 +277,9 @@ def start_sampler(settings: dict, device: Any = None) -> Sampler | None:
     if not ms:
         return None
     cuda = device if str(device).startswith("cuda") else None
+    import torch
+
     s = Sampler(float(ms) / 1e3, energy_collectors(settings.get("energy")), cuda=cuda).start()
+    s.threads = torch.get_num_threads()
     s.reference("setup")
     return s

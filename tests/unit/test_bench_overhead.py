@@ -17,8 +17,11 @@ def _args(device: str = "cpu") -> argparse.Namespace:
 
 def test_cpu_reports_both_ratios_and_how_layers_were_timed():
     result = overhead.run(_args())
-    assert result["device"] == "cpu" and set(result["met"]) == {"timing_overhead_ratio",
-                                                                "suffix_ratio"}
+    assert result["device"] == "cpu" and set(result["met"]) == {
+        "timing_overhead_ratio", "suffix_ratio", "sampling_overhead_ratio"}
+    # per-layer timing with the participant's sampler on against off, the sampler sampling
+    assert result["sampling_overhead_ratio"] > 0 and result["sampling_samples"] > 0
+    assert result["sampling_passes"] == 2 * overhead.SAMPLING_BLOCK and result["sample_cpu_us"] > 0
     for name in overhead.MODELS:
         m = result["models"][name]
         assert m["timing_overhead_ratio"] > 0 and m["timing"] == "perf_counter_ns between layers"

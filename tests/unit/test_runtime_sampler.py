@@ -50,6 +50,23 @@ def test_throttling_is_read_from_cgroup_v1_in_microseconds(tmp_path):
     assert procstat.throttle_file(tmp_path / "nothing") is None
 
 
+def test_the_files_kept_open_read_the_same_figures(tmp_path):
+    _write(tmp_path / "proc/self/status", "Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n")
+    _write(tmp_path / "proc/self/clear_refs", "")
+    _write(tmp_path / "cg/cpu.stat", "nr_periods 10\nnr_throttled 7\nthrottled_time 9000\n")
+    files = procstat.OpenFiles(tmp_path, tmp_path / "cg/cpu.stat")
+    try:
+        assert files.memory_kb() == (1024, 2048) and files.resets
+        assert (tmp_path / "proc/self/clear_refs").read_text() == "5"
+        assert files.throttled() == (7, 9.0)
+        _write(tmp_path / "cg/cpu.stat", "nr_throttled 8\nthrottled_usec 250\n")
+        assert files.throttled() == (8, 250.0)
+    finally:
+        files.close()
+    none = procstat.OpenFiles(tmp_path / "nothing", None, reset=False)
+    assert none.memory_kb() == (None, None) and none.throttled() == (None, None)
+
+
 def test_frequency_from_cpufreq_else_cpuinfo(tmp_path):
     _write(tmp_path / "proc/cpuinfo", "cpu MHz\t\t: 1000.0\ncpu MHz\t\t: 3000.0\n")
     src = procstat.frequency_source(tmp_path)
@@ -85,7 +102,7 @@ def test_the_sampler_samples_off_thread_and_hands_over_what_it_read():
 
 def test_the_peak_between_samples_is_caught_where_the_high_water_mark_resets():
     s = Sampler(interval_s=0.2, collectors={})
-    if not s._resets:
+    if not s._files.resets:
         pytest.skip("this kernel does not let a process reset its RSS high-water mark")
     s.start()
     try:
