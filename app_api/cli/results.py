@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pareto.add_argument("--plot", action="store_true",
                         help="redraw plots/pareto.png for these objectives even if it exists")
     pareto.add_argument("--json", action="store_true", help="machine-readable output")
+    pareto.add_argument("--energy", action="store_true",
+                        help="a split sweep's latency against energy per inference, per split "
+                             "(summary.json energy_by_split)")
     pareto.set_defaults(func=cmd_pareto)
     from app_api.cli import results_plot
 
@@ -209,6 +212,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from app_api.results.store import load_group
     from experiment_design.errors import TracrError
 
+    if getattr(args, "energy", False):
+        return energy_pareto(args)
     objectives = parse_objectives(args.objectives)
     run_dir = Path(find_run(args.run))
     group = load_group(run_dir)  # a rate sweep: every rate's run, per rate
@@ -225,6 +230,27 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         print(json.dumps(pareto_json(groups, objectives, run_dir, plot, args.all), indent=2))
     else:
         print_pareto(groups, objectives, run_dir, args.all, plot, drawn)
+    return 0
+
+
+def energy_pareto(args: argparse.Namespace) -> int:
+    """``results pareto --energy``: latency against energy per inference, per split."""
+    import json
+
+    from app_api.results import find_run, load_summary
+    from app_api.results.metrics import energy_front, energy_front_lines
+    from experiment_design.errors import TracrError
+
+    run_dir = Path(find_run(args.run))
+    summary = load_summary(run_dir)
+    if summary is None:
+        raise TracrError(f"{run_dir} has no summary.json (the run did not finish)")
+    doc = energy_front(summary)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        for line in energy_front_lines(doc):
+            print(line)
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app_api.results import ResultsWriteError, build_summary
 from app_api.results.fidelity import codec_summary
-from app_api.results.metrics import metrics_summary, write_metrics
+from app_api.results.metrics import metrics_summary, score_energy, write_metrics
 from app_api.results.summary import rows_of_transport
 from app_api.runner.evaluate import evaluate_run, measurement_noise, pair_noise, pair_samples
 from app_api.runner.pipeline import pipeline_summary
@@ -100,6 +100,7 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
         summary["codecs"] = codecs
     if state.eval_ctx is not None and summary["splits"] and getattr(w, "failure", None) is None:
         summary["partitioners"] = score_partitioners(state, summary, w.dir, w.rows)
+        score_energy(summary)
         # on a codec sweep: the noise of the per-split oracle (the run's transport, which
         # split-only partitioners are scored on) and of the pairs' (split-codec's)
         label = (summary.get("split_transport") or {}).get("label")

@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 INTERVAL_S = 0.05
 #: samples kept between two polls (a minute at 50 ms); older ones are dropped and counted
 MAX_PENDING = 1200
-#: seconds between two frequency reads: reading "cpu MHz" or scaling_cur_freq on x86 makes
-#: the kernel interrupt every CPU to sample its clock counters, the inference's CPU included
+#: seconds between two frequency reads: /proc/cpuinfo is costly to generate, and on x86
+#: kernels 4.13 to 5.x reading "cpu MHz" or scaling_cur_freq interrupted every CPU (the
+#: inference's included) to sample its clock counters
 FREQ_EVERY_S = 1.0
 #: the reference workload: matrix products of this size, timed this many times
 REFERENCE_N = 256

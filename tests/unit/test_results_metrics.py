@@ -163,3 +163,54 @@ def test_results_compare_says_when_the_best_moved_within_the_machine_drift(tmp_p
     assert _drift(dirs, 0.05) == {"machine_drift_pct": [2.0, 6.0], "drift_could_explain": True}
     assert _drift(dirs, 0.08)["drift_could_explain"] is False
     assert _drift([str(tmp_path / "none")], 0.05)["drift_could_explain"] is None
+
+
+def _two_participants() -> dict:
+    log, rows = _log()
+    cloud = [{**r, "nvml_j": 2 * r["nvml_j"]} for r in log.samples["edge-1"]]
+    log.add("cloud-1", cloud, _info())
+    s = metrics_summary(log, rows)
+    s["splits"] = [{"split": 3, "e2e_ms_median": 150.0}, {"split": 7, "e2e_ms_median": 120.0}]
+    return s
+
+
+def test_energy_per_split_sums_the_participants_and_keeps_the_label():
+    s = _two_participants()
+    by = s["energy_by_split"]
+    assert set(by) == {"nvml", "estimate"}  # rapl was unsupported: no figure at all
+    nvml = by["nvml"]
+    assert nvml["3"]["participants"] == ["cloud-1", "edge-1"]
+    assert nvml["3"]["label"] == "measured" and by["estimate"]["3"]["label"] == "estimated"
+    one = s["metrics"]["edge-1"]["energy_per_split"]["nvml"]["3"]["j_per_inference"]
+    assert nvml["3"]["j_per_inference"] == pytest.approx(3 * one)
+    lo, hi = nvml["3"]["interval"]
+    assert lo <= nvml["3"]["j_per_inference"] <= hi
+
+
+def test_partitioners_are_scored_on_energy_with_a_measured_collector_first():
+    from app_api.results.metrics import score_energy
+
+    s = _two_participants()
+    s["partitioners"] = {"neurosurgeon": {"chosen": 3, "best": 7}, "broken": {"error": "x"}}
+    score_energy(s)
+    e = s["partitioners"]["neurosurgeon"]["energy"]
+    assert e["method"] == "nvml" and e["label"] == "measured"
+    assert e["frugal_split"] in (3, 7) and e["energy_regret"] >= 1.0
+    assert e["chosen_j"] == pytest.approx(s["energy_by_split"]["nvml"]["3"]["j_per_inference"])
+    assert "energy" not in s["partitioners"]["broken"]
+
+
+def test_the_latency_energy_front():
+    from app_api.results.metrics import energy_front, energy_front_lines
+
+    s = _two_participants()
+    s["energy_by_split"]["nvml"]["7"]["j_per_inference"] = 100.0  # faster but costlier
+    doc = energy_front(s)
+    assert doc["method"] == "nvml" and {p["split"] for p in doc["points"]} == {3, 7}
+    assert sorted(doc["front"]) == [3, 7]
+    s["energy_by_split"]["nvml"]["7"]["j_per_inference"] = 0.01  # faster and cheaper
+    assert energy_front(s)["front"] == [7]
+    assert energy_front(s, "estimate")["points"][0]["label"] == "estimated"
+    assert "* split   7" in "\n".join(energy_front_lines(energy_front(s)))
+    empty = energy_front({"splits": s["splits"]})
+    assert empty["points"] == [] and "20 samples" in energy_front_lines(empty)[0]
