@@ -55,7 +55,7 @@ def test_adaptive_alexnet_runs_on_localhost_and_scores_itself(tmp_path):
 @pytest.mark.ssh
 @pytest.mark.timeout(180)
 def test_adaptive_alexnet_on_a_trace_driven_lab_link(cfg):
-    """adaptive-alexnet shortened to 20 s + 20 s on the shipped step trace (10 s period):
+    """adaptive-alexnet shortened to 10 s + 10 s on the shipped step trace (10 s period):
     the run reads the link's timeline, writes link.csv and lines its phases up by the
     trace's own clock. Brings a lab up and down itself (under the caller's lab lock)."""
     import os
@@ -77,8 +77,9 @@ def test_adaptive_alexnet_on_a_trace_driven_lab_link(cfg):
     try:
         out = cfg / "run"
         run = tracr("experiment", "run", "adaptive-alexnet", "--no-progress", "--out", str(out),
-                    "--set", "partitioner.params.sweep_s=20",
-                    "--set", "partitioner.params.adapt_s=20", timeout=150)
+                    "--set", "partitioner.params.sweep_s=10",
+                    "--set", "partitioner.params.adapt_s=10", "--set", "run.warmup=1",
+                    timeout=150)
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
         summary = json.loads((out / "summary.json").read_text())
         block = summary["adaptive"]
