@@ -332,9 +332,10 @@ class DataServer:
             self._connected.add(name)
             partners = self._partners
             done = partners is not None and set(partners) <= self._connected
-        self._ready.put(channel)
-        if done:
+        if done:  # the port is closed before anyone is handed the last partner's channel
             self._finish()
+            self._unlisten()
+        self._ready.put(channel)
 
     def _finish(self) -> None:
         """Every admitted partner has connected: stop listening, drop whoever is still in

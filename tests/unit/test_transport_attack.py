@@ -585,6 +585,12 @@ def test_48_silent_connections_do_not_keep_a_partner_out(monkeypatch):
         rx.close()
 
 
+def _until(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _admitting(*partners, **kw):
     """A DataServer named "cloud" that admits ``partners`` (name, hosts) only."""
     from experiment_design.transport import Partner, link_key
@@ -610,7 +616,7 @@ def test_48_silent_connections_from_another_address_are_refused_and_the_port_clo
     crowd = SilentCrowd(server.address[1], 48, source="127.0.0.2")  # another local user
     count = CountingConnects(monkeypatch)
     try:
-        time.sleep(0.5)
+        _until(lambda: server.rejected >= 48)
         assert server.pending == 0 and server.rejected >= 48  # none got a handshake
         with _connect_as("edge", server.address[1]) as ch:
             got = server.accept(timeout=5)
@@ -642,7 +648,7 @@ def test_a_silent_crowd_from_the_partners_own_address_does_not_keep_it_out(
     crowd = SilentCrowd(server.address[1], 48, reopen=reopen)
     count = CountingConnects(monkeypatch)
     try:
-        time.sleep(0.5)
+        _until(lambda: server.pending == (48 if cap is None else cap))
         assert server.pending == (48 if cap is None else cap)
         with _connect_as("edge", server.address[1], timeout=10):
             server.accept(timeout=5).close()
