@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from app_api.results import figstyle
 from app_api.results.adaptive import ADAPTIVE_FILE
 from app_api.results.hindsight import TraceClock, in_ranges
 from app_api.results.store import read_csv
@@ -27,8 +28,10 @@ def _num(v) -> float | None:
         return None
 
 
-def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
-    """Draw ``plots/adaptive.png`` from the run directory; None without an adaptive phase."""
+def draw_adaptive(summary: dict, run_dir: Path, formats: tuple[str, ...] = ("png",)
+                  ) -> Path | None:
+    """Draw ``plots/adaptive.<fmt>`` from the run directory (tracr's figure style:
+    :mod:`.figstyle`); the first file written, None without an adaptive phase."""
     block = summary.get("adaptive") or {}
     bounds = (block.get("phases") or {}).get("adaptive")
     if not bounds or bounds[0] is None:
@@ -46,12 +49,8 @@ def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
         link = [e for e in link if [e.get("link"), e.get("dir")] == list(block["link"])]
     if not rows:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True,
+    plt = figstyle.pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(figstyle.TEXT_IN, 5.2), sharex=True,
                                       gridspec_kw={"height_ratios": [1, 1.2]})
     x_end = t1 - t0
     # -- the link ----------------------------------------------------------------------
@@ -82,13 +81,13 @@ def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
     top.yaxis.set_minor_formatter(FuncFormatter(
         lambda v, _: f"{v:g}" if v > 0 and round(v / 10 ** math.floor(math.log10(v))) in (2, 5)
         else ""))
-    top.tick_params(axis="y", which="minor", labelsize=7)
+    top.tick_params(axis="y", which="minor", labelsize=6)
     top.set_ylabel("link rate (MB/s)")
     top.grid(True, which="both", alpha=0.25)
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    top.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False)
     if not rates:
-        top.set_title("no link timeline in this run (steady or unshaped link): estimate only",
-                      fontsize=9)
+        top.text(0.99, 0.03, "no link timeline in this run: the estimate only",
+                 transform=top.transAxes, ha="right", va="bottom", color="#555555")
     # -- the choices -------------------------------------------------------------------
     xs = [float(r["t_unix"]) + float(r["e2e_ms"]) / 2e3 - t0 for r in rows]
     bottom.plot(xs, [float(r["e2e_ms"]) for r in rows], ".", ms=3, color="#4c72b0",
@@ -124,8 +123,8 @@ def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
                 ax.axvline(float(e["t_unix"]) - t0, color="#999999", lw=0.6, alpha=0.5)
     handles = bottom.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
-    bottom.legend(handles[0] + more[0], handles[1] + more[1], loc="upper left",
-                  bbox_to_anchor=(1.08, 1.0), fontsize=8, frameon=False)
+    bottom.legend(handles[0] + more[0], handles[1] + more[1], loc="lower left",
+                  bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False)
     ratio = block.get("adaptive_over_hindsight")
     fixed = block.get("adaptive_over_best_fixed")
     head = f"{summary.get('experiment', '')}: adaptive split against the link"
@@ -133,12 +132,10 @@ def draw_adaptive(summary: dict, run_dir: Path) -> Path | None:
         head += (f"\nadaptive / hindsight {ratio:.3f}, adaptive / best fixed "
                  f"(split {block.get('best_fixed')}) "
                  + (f"{fixed:.3f}" if fixed is not None else "n/a") + clock_note)
-    fig.suptitle(head, fontsize=10)
+    fig.suptitle(head)
     top.set_xlim(0, max(x_end, 1e-3))
     fig.tight_layout()
-    out_dir = run_dir / "plots"
-    out_dir.mkdir(exist_ok=True)
-    out = out_dir / "adaptive.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    figstyle.caption(fig, summary, figstyle.load_envs(run_dir),
+                     f"{len(rows)} adaptive inferences, {block.get('switches')} switches, "
+                     f"{(block.get('probes') or {}).get('count', 0)} probes")
+    return figstyle.save(fig, run_dir, "adaptive", formats)[0]

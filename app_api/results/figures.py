@@ -82,7 +82,7 @@ def _adaptive(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[P
         return []
     from app_api.results.adaptive_plot import draw_adaptive
 
-    p = draw_adaptive(dict(summary), Path(run_dir))
+    p = draw_adaptive(dict(summary), Path(run_dir), tuple(formats))
     return [p] if p else []
 
 

@@ -115,10 +115,11 @@ class Adaptive(Partitioner):
 
     Params (all optional; :data:`PARAMS` holds types, ranges and defaults): ``margin``,
     ``confirm``, ``dwell_s`` (hysteresis); ``window_s``, ``window_n``, ``min_bytes``
-    (the rate estimate); ``probe_every_s``, ``probe_bytes`` (probes); ``learn_after``;
-    ``splits`` (``auto``: those predicted best somewhere in ``span``; or a list);
-    ``predictor`` (params of the predicted-argmin model of the fixed parts);
-    ``sweep_s``, ``sweep_block``, ``adapt_s`` (hindsight sweep and adaptive phase);
+    (the rate estimate); ``probe_every_s``, ``probe_bytes``, ``calibrate_every_s``
+    (probes); ``learn_after``; ``splits`` (``auto``: those predicted best somewhere in
+    ``span``; or a list); ``predictor`` (params of the predicted-argmin model of the fixed
+    parts); ``sweep_s``, ``sweep_block``, ``adapt_s``, ``interleave`` (hindsight sweep and
+    adaptive phase);
     ``bandwidth_Bps`` / ``rtt_ms`` (what-if start-up link).
     """
 
