@@ -33,8 +33,8 @@ from experiment_design.energy.window import MIN_SAMPLES, combine
 METRICS_FILE = "metrics.csv"
 #: the columns every sample has; energy readings follow as ``<collector>_j`` (a counter,
 #: joules since start) or ``<collector>_w`` (power, watts)
-METRIC_COLUMNS = ["instance", "t_unix", "rss_kb", "hwm_kb", "cpu_s", "freq_mhz",
-                  "nr_throttled", "throttled_us", "cuda_peak_bytes"]
+METRIC_COLUMNS = ["instance", "t_unix", "rss_kb", "hwm_kb", "cpu_s", "machine_busy",
+                  "freq_mhz", "nr_throttled", "throttled_us", "cuda_peak_bytes"]
 
 
 class MetricsLog:
@@ -228,7 +228,8 @@ def model_memory(profile: list[dict] | None) -> dict[str, Any] | None:
 
 
 def metrics_summary(log: MetricsLog, infer_rows: list[dict],
-                    profile: list[dict] | None = None) -> dict[str, Any]:
+                    profile: list[dict] | None = None,
+                    devices: dict[str, str] | None = None) -> dict[str, Any]:
     """summary.json ``metrics`` (per participant), ``machine_drift`` and ``model_memory``
     (from the model ``profile``); {} without samples."""
     mem = model_memory(profile)
@@ -260,7 +261,7 @@ def metrics_summary(log: MetricsLog, infer_rows: list[dict],
     drifts = {i: d["reference"]["drift_pct"] for i, d in per.items()
               if "drift_pct" in d["reference"]}
     out: dict[str, Any] = {"metrics": per}
-    by_split = energy_by_split(per)
+    by_split = energy_by_split(per, devices)
     if by_split:
         out["energy_by_split"] = by_split
     if mem:
@@ -359,14 +360,21 @@ def drift_of_runs(run_dirs: list[str]) -> list[float | None]:
     return out
 
 
-def energy_by_split(per: dict[str, dict]) -> dict[str, dict]:
-    """Per collector and split, joules per inference summed over the participants that
-    measured it there (their names in ``participants``), with the interval; a split where
-    one of them had too few samples is left out. ``label`` is ``estimated`` when any part
-    is."""
+def energy_by_split(per: dict[str, dict], devices: dict[str, str] | None = None
+                    ) -> dict[str, dict]:
+    """Per collector and split, joules per inference summed over the devices that measured
+    it there (``participants`` names who read it), with the interval; a split where one of
+    them had too few samples is left out. ``label`` is ``estimated`` when any part is.
+    Every collector reads a device's energy, so participants on one device (``devices``:
+    instance -> device; localhost, a lab on one machine) count once: the first of them."""
     out: dict[str, dict] = {}
+    seen: set[tuple[str, str]] = set()
     for inst, m in per.items():
+        device = (devices or {}).get(inst) or inst
         for method, splits in (m.get("energy_per_split") or {}).items():
+            if (device, method) in seen:
+                continue  # another participant on this device read the same energy
+            seen.add((device, method))
             for split, fig in splits.items():
                 cell = out.setdefault(method, {}).setdefault(split, {
                     "j_per_inference": 0.0, "interval": [0.0, 0.0], "label": "measured",

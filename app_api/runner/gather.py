@@ -139,7 +139,9 @@ def run_metrics(state: RunState, w) -> dict:
     warning, never the run's results lost."""
     try:
         profile = next((i.profile for i in state.infos.values() if i and i.profile), None)
-        out = metrics_summary(state.metrics, w.rows, profile)
+        devices = {i.get("name"): i.get("device") for i in
+                   state.manifest.participant_instances or []}
+        out = metrics_summary(state.metrics, w.rows, profile, devices)
         write_metrics(w.dir, state.metrics)
     except Exception as exc:
         log.warning("metrics summary failed: %s", exc)

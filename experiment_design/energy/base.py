@@ -80,7 +80,7 @@ class EnergyCollector:
 
     def read(self, cpu_share: float = 0.0) -> float:
         """Joules since start (``counter``) or watts now (``power``). ``cpu_share`` is the
-        participant's CPU use over the last sample (0..1 of the machine), for estimates."""
+        machine's busy CPU share over the last sample (0..1), for estimates."""
         raise NotImplementedError
 
     def info(self) -> dict:

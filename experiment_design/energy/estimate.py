@@ -1,7 +1,9 @@
 """A model-based estimate for devices without sensors: idle + dynamic x CPU share.
 
-``P = idle_w + (max_w - idle_w) * share``, where ``share`` is the participant's CPU use
-over the last sample as a fraction of the machine's cores. It is a linear power model
+``P = idle_w + (max_w - idle_w) * share``, where ``share`` is the machine's busy CPU
+share over the last sample (/proc/stat: every process, as a meter at the plug would see
+it; this process's share where /proc/stat cannot be read). It estimates the device's
+power, like the measured collectors, so participants on one device count it once. It is a linear power model
 (the one behind CodeCarbon's and Eco2AI's TDP estimates, with a floor), not a
 measurement: every figure it gives is labelled ``estimated`` and carries its coefficients
 and their source. The defaults are the figures commonly published for a Raspberry Pi 4

@@ -176,6 +176,7 @@ class OpenFiles:
         self.status = _open(root / "proc/self/status", os.O_RDONLY)
         self.clear = _open(root / "proc/self/clear_refs", os.O_WRONLY) if reset else None
         self.cpu_stat = _open(throttle, os.O_RDONLY) if throttle is not None else None
+        self.stat = _open(root / "proc/stat", os.O_RDONLY)
 
     def memory_kb(self) -> tuple[int | None, int | None]:
         """(VmRSS, VmHWM) in kB, then the high-water mark reset where allowed."""
@@ -208,12 +209,22 @@ class OpenFiles:
             return n, (ns / 1e3 if ns is not None else None)
         return n, float(us)
 
+    def machine_jiffies(self) -> tuple[int, int] | None:
+        """(busy, total) CPU time of the whole machine since boot, in clock ticks, from
+        /proc/stat's first line; a virtual machine's steal time is in neither."""
+        if self.stat is None:
+            return None
+        line = os.pread(self.stat, 256, 0).split(b"\n", 1)[0].split()
+        user, nice, system, idle, iowait, irq, softirq = (int(v) for v in line[1:8])
+        busy = user + nice + system + irq + softirq
+        return busy, busy + idle + iowait
+
     def close(self) -> None:
         """Close every file."""
-        for fd in (self.status, self.clear, self.cpu_stat):
+        for fd in (self.status, self.clear, self.cpu_stat, self.stat):
             if fd is not None:
                 os.close(fd)
-        self.status = self.clear = self.cpu_stat = None
+        self.status = self.clear = self.cpu_stat = self.stat = None
 
 
 def _open(path: Path, flags: int) -> int | None:

@@ -124,6 +124,7 @@ class Sampler:
         self._ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
             os.cpu_count() or 1)
         self._last_cpu: tuple[float, float] | None = None
+        self._last_jiffies: tuple[int, int] | None = None
         self._last_freq_t = 0.0
         self._changed = True
         #: torch threads of the reference workload (the participant's, read at set-up)
@@ -193,13 +194,18 @@ class Sampler:
         if rss is None and self._mem_source == "psutil":  # no /proc: not Linux
             rss, hwm, _ = procstat.memory_kb(self.root)
         cpu = procstat.cpu_seconds()
-        share = 0.0
-        if self._last_cpu is not None and t > self._last_cpu[0]:
+        share = 0.0  # the machine's busy share (the process's where /proc/stat is absent)
+        jiffies = self._files.machine_jiffies()
+        if jiffies is not None and self._last_jiffies is not None:
+            dt = jiffies[1] - self._last_jiffies[1]
+            share = (jiffies[0] - self._last_jiffies[0]) / dt if dt > 0 else 0.0
+        elif self._last_cpu is not None and t > self._last_cpu[0]:
             share = (cpu - self._last_cpu[1]) / (t - self._last_cpu[0]) / self._ncpu
-        self._last_cpu = (t, cpu)
+        self._last_cpu, self._last_jiffies = (t, cpu), jiffies
         n_thr, thr_us = self._files.throttled()
         row: dict[str, Any] = {"t_unix": t, "rss_kb": rss, "hwm_kb": hwm, "cpu_s": cpu,
-                               "nr_throttled": n_thr, "throttled_us": thr_us}
+                               "machine_busy": round(share, 4), "nr_throttled": n_thr,
+                               "throttled_us": thr_us}
         if t - self._last_freq_t >= FREQ_EVERY_S:
             row["freq_mhz"] = self._freq.mhz()
             self._last_freq_t = t
@@ -255,6 +261,8 @@ class Sampler:
             "interval_ms": self.interval_s * 1e3,
             "frequency_every_s": FREQ_EVERY_S,
             "sources": {"memory": self._mem_source, "cpu": "os.times",
+                        "machine_busy": ("/proc/stat" if self._files.stat is not None
+                                         else "this process (os.times)"),
                         "frequency": self._freq.name,
                         "throttling": str(self._throttle) if self._throttle else "none",
                         "cuda": "torch.cuda.max_memory_allocated" if self.cuda is not None

@@ -187,6 +187,16 @@ def test_energy_per_split_sums_the_participants_and_keeps_the_label():
     assert lo <= nvml["3"]["j_per_inference"] <= hi
 
 
+def test_participants_on_one_device_count_its_energy_once():
+    from app_api.results.metrics import energy_by_split
+
+    s = _two_participants()
+    same = energy_by_split(s["metrics"], {"edge-1": "localhost", "cloud-1": "localhost"})
+    assert same["nvml"]["3"]["participants"] == ["cloud-1"]
+    cloud = s["metrics"]["cloud-1"]["energy_per_split"]["nvml"]["3"]["j_per_inference"]
+    assert same["nvml"]["3"]["j_per_inference"] == pytest.approx(cloud)
+
+
 def test_partitioners_are_scored_on_energy_with_a_measured_collector_first():
     from app_api.results.metrics import score_energy
 

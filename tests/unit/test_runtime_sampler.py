@@ -54,8 +54,10 @@ def test_the_files_kept_open_read_the_same_figures(tmp_path):
     _write(tmp_path / "proc/self/status", "Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n")
     _write(tmp_path / "proc/self/clear_refs", "")
     _write(tmp_path / "cg/cpu.stat", "nr_periods 10\nnr_throttled 7\nthrottled_time 9000\n")
+    _write(tmp_path / "proc/stat", "cpu  100 5 20 800 10 1 2 30 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
     files = procstat.OpenFiles(tmp_path, tmp_path / "cg/cpu.stat")
     try:
+        assert files.machine_jiffies() == (128, 938)  # steal (30) in neither
         assert files.memory_kb() == (1024, 2048) and files.resets
         assert (tmp_path / "proc/self/clear_refs").read_text() == "5"
         assert files.throttled() == (7, 9.0)
@@ -65,6 +67,7 @@ def test_the_files_kept_open_read_the_same_figures(tmp_path):
         files.close()
     none = procstat.OpenFiles(tmp_path / "nothing", None, reset=False)
     assert none.memory_kb() == (None, None) and none.throttled() == (None, None)
+    assert none.machine_jiffies() is None
 
 
 def test_frequency_from_cpufreq_else_cpuinfo(tmp_path):
