@@ -31,7 +31,8 @@ control call takes at most one argument and answers one JSON document::
 JSON strings stay the wire format because rpyc passes lists and dicts by
 reference (every access a round trip) and pickle is off. The inference and
 layer records that ``poll`` carries have their columns defined here once
-(:data:`INFER_COLUMNS`, :data:`LAYER_COLUMNS`); the results store writes them.
+(:data:`INFER_COLUMNS`, :data:`LAYER_COLUMNS`, :data:`METRIC_COLUMNS`); the results
+store writes them.
 """
 
 from __future__ import annotations
@@ -197,8 +198,41 @@ class LayerRecord(TypedDict, total=False):
     ms: float
 
 
+class MetricSample(TypedDict, total=False):
+    """One sample of a participant's metrics sampler (``runtime/sampler.py``), one row of
+    ``metrics.csv``; the columns, in file order. Energy readings follow, one column per
+    supported collector: ``<name>_j`` (a counter: joules since the sampler started) or
+    ``<name>_w`` (power: watts). A figure the participant could not read is absent."""
+
+    instance: str  # set by the observer
+    t_unix: float
+    rss_kb: int
+    hwm_kb: int  # the peak since the previous sample where the mark is reset, else so far
+    cpu_s: float  # the process's user + system CPU seconds
+    machine_busy: float  # the machine's busy CPU share since the previous sample
+    freq_mhz: float  # the mean frequency of the process's CPUs (once a second)
+    nr_throttled: int  # the cgroup's throttled periods so far
+    throttled_us: float  # and its throttled time
+    cuda_peak_bytes: int  # CUDA's peak allocation since the previous sample
+
+
+class SamplerFacts(TypedDict, total=False):
+    """What a sampler states beside its samples (``PollReply.metrics_info``)."""
+
+    interval_ms: float
+    frequency_every_s: float
+    sources: dict  # figure -> where it was read ("/proc", "os.times", "sysfs", ...)
+    peak_method: str  # "VmHWM reset per sample" or "sampled VmRSS"
+    cpus: int
+    sampler_nice: int | None
+    energy: dict  # collector -> its info and probe: supported, or unsupported and why
+    reference: dict  # the reference workload and its timings ({"work", "runs"})
+    dropped: int  # samples lost (a failed read, or more than a poll's worth waiting)
+
+
 INFER_COLUMNS: list[str] = list(InferenceRecord.__annotations__)
 LAYER_COLUMNS: list[str] = list(LayerRecord.__annotations__)
+METRIC_COLUMNS: list[str] = list(MetricSample.__annotations__)
 
 
 # ----- hello / setup ------------------------------------------------------------------------
@@ -501,8 +535,8 @@ class PollReply(Message):
     #: the metrics sampler's samples since the last poll (``runtime/sampler.py``: memory,
     #: CPU, throttling, frequency, energy readings), and its sources, energy collectors and
     #: reference timings whenever they changed
-    metrics: list[dict] = field(default_factory=list)
-    metrics_info: dict | None = None
+    metrics: list[MetricSample] = field(default_factory=list)
+    metrics_info: SamplerFacts | None = None
 
     @property
     def finished(self) -> bool:

@@ -29,22 +29,20 @@ from typing import Any
 
 from experiment_design.energy import integrate
 from experiment_design.energy.window import MIN_SAMPLES, combine
+from experiment_design.protocol import METRIC_COLUMNS, MetricSample, SamplerFacts
 
 METRICS_FILE = "metrics.csv"
-#: the columns every sample has; energy readings follow as ``<collector>_j`` (a counter,
-#: joules since start) or ``<collector>_w`` (power, watts)
-METRIC_COLUMNS = ["instance", "t_unix", "rss_kb", "hwm_kb", "cpu_s", "machine_busy",
-                  "freq_mhz", "nr_throttled", "throttled_us", "cuda_peak_bytes"]
 
 
 class MetricsLog:
     """The samples and sampler facts of every participant, as the polls bring them."""
 
     def __init__(self) -> None:
-        self.samples: dict[str, list[dict]] = defaultdict(list)
-        self.info: dict[str, dict] = {}
+        self.samples: dict[str, list[MetricSample]] = defaultdict(list)
+        self.info: dict[str, SamplerFacts] = {}
 
-    def add(self, instance: str, samples: list[dict], info: dict | None) -> None:
+    def add(self, instance: str, samples: list[MetricSample],
+            info: SamplerFacts | None) -> None:
         """Keep one poll's samples and, when sent, the sampler's facts."""
         self.samples[instance].extend(samples)
         if info:
@@ -54,7 +52,8 @@ class MetricsLog:
         return bool(self.info) or any(self.samples.values())
 
     def columns(self) -> list[str]:
-        """The CSV's columns: :data:`METRIC_COLUMNS`, then every energy column seen."""
+        """The CSV's columns: ``METRIC_COLUMNS`` (``experiment_design.protocol``), then every
+        energy column seen."""
         extra = sorted({k for rows in self.samples.values() for r in rows for k in r}
                        - set(METRIC_COLUMNS))
         return METRIC_COLUMNS + extra

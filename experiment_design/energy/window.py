@@ -46,10 +46,13 @@ class EnergyFigure:
                      "samples": self.samples, "window_s": round(self.window_s, 3)}
         if self.reason:
             out["reason"] = self.reason
-        if self.status == "ok" and n > 0:
+        if self.status != "ok":
+            return out
+        out.update(joules=self.joules, joules_interval=[self.low, self.high],
+                   watts=self.joules / self.window_s if self.window_s > 0 else None)
+        if n > 0:  # a window without inferences (a pipeline's rows lack their times) has none
             out.update(j_per_inference=self.joules / n,
-                       interval=[self.low / n, self.high / n], inferences=n,
-                       watts=self.joules / self.window_s if self.window_s > 0 else None)
+                       interval=[self.low / n, self.high / n], inferences=n)
         return out
 
 

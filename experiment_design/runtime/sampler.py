@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment_design.energy import DEFAULT_COLLECTORS, EnergyCollector, create_energy
+from experiment_design.protocol import MetricSample, SamplerFacts
 from experiment_design.runtime import procstat
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class Sampler:
         self.live: dict[str, EnergyCollector] = {}
         self.references: list[dict] = []
         self.dropped = 0
-        self._pending: deque[dict] = deque()
+        self._pending: deque[MetricSample] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._running = threading.Event()
@@ -187,7 +188,7 @@ class Sampler:
             self._stop.wait(delay)
 
     # ----- one sample ---------------------------------------------------------------------------
-    def sample(self) -> dict:
+    def sample(self) -> MetricSample:
         """Read everything once and queue the sample."""
         t = time.time()
         rss, hwm = self._files.memory_kb()
@@ -203,9 +204,9 @@ class Sampler:
             share = (cpu - self._last_cpu[1]) / (t - self._last_cpu[0]) / self._ncpu
         self._last_cpu, self._last_jiffies = (t, cpu), jiffies
         n_thr, thr_us = self._files.throttled()
-        row: dict[str, Any] = {"t_unix": t, "rss_kb": rss, "hwm_kb": hwm, "cpu_s": cpu,
-                               "machine_busy": round(share, 4), "nr_throttled": n_thr,
-                               "throttled_us": thr_us}
+        row: MetricSample = {"t_unix": t, "rss_kb": rss, "hwm_kb": hwm, "cpu_s": cpu,
+                             "machine_busy": round(share, 4), "nr_throttled": n_thr,
+                             "throttled_us": thr_us}
         if t - self._last_freq_t >= FREQ_EVERY_S:
             row["freq_mhz"] = self._freq.mhz()
             self._last_freq_t = t
@@ -216,7 +217,8 @@ class Sampler:
             torch.cuda.reset_peak_memory_stats(self.cuda)
         for name, c in self.live.items():
             try:
-                row[f"{name}_{'j' if c.kind == 'counter' else 'w'}"] = c.read(share)
+                key = f"{name}_{'j' if c.kind == 'counter' else 'w'}"  # named by collector
+                row[key] = c.read(share)  # type: ignore[literal-required]
             except Exception as exc:  # a read that fails leaves a gap, never a zero
                 log.debug("energy %s read failed: %s", name, exc)
         with self._lock:
@@ -226,7 +228,7 @@ class Sampler:
                 self.dropped += 1
         return row
 
-    def drain(self) -> list[dict]:
+    def drain(self) -> list[MetricSample]:
         """The samples since the last drain, oldest first."""
         with self._lock:
             out = list(self._pending)
@@ -249,7 +251,7 @@ class Sampler:
             self._changed = True
         return ref
 
-    def info(self, force: bool = False) -> dict | None:
+    def info(self, force: bool = False) -> SamplerFacts | None:
         """Sources, collectors and references as plain JSON; None when nothing changed since
         the last call (unless ``force``)."""
         with self._lock:

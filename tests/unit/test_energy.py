@@ -233,7 +233,8 @@ def test_a_counter_window_is_interpolated_and_bracketed():
     assert f.low == pytest.approx(9.5) and f.high == pytest.approx(10.5)
     d = f.per(4)
     assert d["j_per_inference"] == pytest.approx(2.5) and d["interval"][0] <= 2.5
-    assert d["watts"] == pytest.approx(10.0)
+    assert d["watts"] == pytest.approx(10.0) and d["joules"] == pytest.approx(10.0)
+    assert "j_per_inference" not in f.per(0) and f.per(0)["joules"] == pytest.approx(10.0)
 
 
 def test_a_power_window_integrates_by_trapezoid_with_rectangle_bounds():
