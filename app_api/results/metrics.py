@@ -23,13 +23,16 @@ between runs, or between splits, smaller than it may be the machine, not the lay
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from experiment_design.energy import integrate
 from experiment_design.energy.window import MIN_SAMPLES, combine
 from experiment_design.protocol import METRIC_COLUMNS, MetricSample, SamplerFacts
+from experiment_design.runtime import procstat
 
 METRICS_FILE = "metrics.csv"
 
@@ -40,13 +43,26 @@ class MetricsLog:
     def __init__(self) -> None:
         self.samples: dict[str, list[MetricSample]] = defaultdict(list)
         self.info: dict[str, SamplerFacts] = {}
+        #: a participant's host cgroup ``cpu.stat`` the observer reads (a lab host, whose
+        #: participant cannot), and what it read at each poll
+        self.host_stat: dict[str, Path | None] = {}
+        self.host_throttle: dict[str, list[dict]] = defaultdict(list)
 
-    def add(self, instance: str, samples: list[MetricSample],
-            info: SamplerFacts | None) -> None:
-        """Keep one poll's samples and, when sent, the sampler's facts."""
+    def add(self, instance: str, samples: list[MetricSample], info: SamplerFacts | None,
+            host_stat: Callable[[], Path | None] | None = None) -> None:
+        """Keep one poll's samples and, when sent, the sampler's facts; ``host_stat`` finds
+        (once) the participant's host cgroup ``cpu.stat`` for the observer to read now."""
         self.samples[instance].extend(samples)
         if info:
             self.info[instance] = info
+        if instance not in self.host_stat:
+            self.host_stat[instance] = host_stat() if host_stat is not None else None
+        path = self.host_stat[instance]
+        if path is not None:
+            n, us = procstat.throttled(path)
+            if us is not None:
+                self.host_throttle[instance].append(
+                    {"t_unix": time.time(), "nr_throttled": n, "throttled_us": us})
 
     def __bool__(self) -> bool:
         return bool(self.info) or any(self.samples.values())
@@ -157,9 +173,12 @@ def _cpu(rows: list[dict], info: dict, t0: float, t1: float) -> dict:
     return out
 
 
-def _throttling(rows: list[dict], info: dict, t0: float, t1: float, n: int) -> dict:
+def _throttling(rows: list[dict], info: dict, t0: float, t1: float, n: int,
+                host: list[dict] | None = None, host_path: Path | None = None) -> dict:
     src = (info.get("sources") or {}).get("throttling")
     pts = [r for r in rows if r.get("throttled_us") is not None]
+    if not pts and host:  # a lab host: the observer read its cgroup
+        pts, src = host, f"observer: {host_path} (the lab host's cgroup)"
     if not pts:
         return {"status": "unavailable", "source": src or "none"}
     before = [r for r in pts if r["t_unix"] <= t0] or pts[:1]
@@ -253,7 +272,8 @@ def metrics_summary(log: MetricsLog, infer_rows: list[dict],
                                "window_s": round(t1 - t0, 3)}
         doc["memory"] = _memory(rows, info, spans)
         doc["cpu"] = _cpu(rows, info, t0, t1)
-        doc["throttling"] = _throttling(rows, info, t0, t1, n)
+        doc["throttling"] = _throttling(rows, info, t0, t1, n, log.host_throttle.get(inst),
+                                        log.host_stat.get(inst))
         doc["energy"], doc["energy_per_split"] = _energy(rows, info, t0, t1, n, blocks)
         doc["reference"] = _reference(info)
         per[inst] = doc
@@ -313,10 +333,13 @@ def metrics_lines(summary: dict) -> list[str]:
             parts.append(f"throttled {thr['throttled_ms']:.1f} ms ({thr['nr_throttled']} "
                          "periods)")
         for name, e in (m.get("energy") or {}).items():
-            if e.get("status") == "ok":
+            if e.get("status") == "ok" and e.get("interval"):
                 lo, hi = e["interval"]
                 parts.append(f"{name} {e['j_per_inference']:.3g} J/inference [{lo:.3g}, "
                              f"{hi:.3g}] ({e['label']})")
+            elif e.get("status") == "ok":  # a run without inference rows (a token pipeline)
+                parts.append(f"{name} {e.get('joules', 0):.3g} J over {e.get('window_s', 0):.1f}"
+                             f" s ({e['label']})")
             else:
                 parts.append(f"{name} {e.get('status')}: {e.get('reason', '')}")
         lines.append(f"{inst}: " + "; ".join(parts))

@@ -6,6 +6,8 @@ import time
 from typing import Any
 
 from app_api.launch import ParticipantLost
+from app_api.runner.hoststat import lab_cpu_stat
+from app_api.runner.llm import take_generations
 from app_api.runner.state import RunState, RunTimeout
 from experiment_design.errors import TracrError
 from experiment_design.protocol import PollReply, TaskStart
@@ -141,6 +143,7 @@ class Playbook:
         for r in st.stages:
             r["instance"] = r.get("instance") or inst
         self.state.writer.add_stages(st.stages)
+        st.configs = take_generations(self.state, st.configs)  # summary.json llm
         if st.configs:
             # a configuration over a shaped lab link is labelled with its rate, so fronts
             # are drawn per bandwidth (a rate sweep's runs, or one run on a shaped lab)
@@ -153,7 +156,9 @@ class Playbook:
                                            for c in st.configs])
         for rec in st.logs:
             self.state.view.log(inst, host, rec)
-        self.state.metrics.add(inst, st.metrics, st.metrics_info)
+        device = self.state.handles[inst].device
+        self.state.metrics.add(inst, st.metrics, st.metrics_info,
+                               lambda: lab_cpu_stat(device))
         if st.decision and self.state.partitioners.get(inst):
             self.state.partitioners[inst]["decision"] = st.decision  # the final word
 

@@ -224,3 +224,37 @@ def test_the_latency_energy_front():
     assert "* split   7" in "\n".join(energy_front_lines(energy_front(s)))
     empty = energy_front({"splits": s["splits"]})
     assert empty["points"] == [] and "20 samples" in energy_front_lines(empty)[0]
+
+
+def test_a_lab_hosts_throttling_is_read_by_the_observer_from_its_cgroup(tmp_path,
+                                                                        monkeypatch):
+    """Inside a lab host the participant cannot see its cgroup; the observer reads the
+    host's cpu.stat (named by the lab's state) at every poll instead."""
+    from app_api.lab import state as lab_state
+    from app_api.runner.hoststat import lab_cpu_stat
+
+    cg = tmp_path / "cgroup/tracr-lab-1"
+    cg.mkdir(parents=True)
+    (cg / "cpu.stat").write_text("nr_periods 10\nnr_throttled 2\nthrottled_usec 1000\n")
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps({"version": lab_state.STATE_VERSION, "hosts": [
+        {"name": "lab-1", "cgroup": str(cg)}, {"name": "lab-2"}]}))
+    monkeypatch.setattr(lab_state, "state_path", lambda: state_file)
+    assert lab_cpu_stat("lab-1") == cg / "cpu.stat"
+    assert lab_cpu_stat("lab-2") is None and lab_cpu_stat("localhost") is None
+
+    log, rows = _log()
+    own = [{k: v for k, v in r.items() if k not in ("nr_throttled", "throttled_us")}
+           for r in log.samples["edge-1"]]
+    info = {**_info(), "sources": {**_info()["sources"], "throttling": "none"}}
+    lab = MetricsLog()
+    lab.add("edge-1", [], info, lambda: lab_cpu_stat("lab-1"))  # before the inferences
+    lab.host_throttle["edge-1"][-1]["t_unix"] = 99.0
+    lab.add("edge-1", own, None)
+    lab.host_throttle["edge-1"][-1]["t_unix"] = 102.0  # during them
+    (cg / "cpu.stat").write_text("nr_periods 90\nnr_throttled 42\nthrottled_usec 81000\n")
+    lab.add("edge-1", [], None)  # after them
+    lab.host_throttle["edge-1"][-1]["t_unix"] = 105.0
+    thr = metrics_summary(lab, rows)["metrics"]["edge-1"]["throttling"]
+    assert thr["nr_throttled"] == 40 and thr["throttled_ms"] == pytest.approx(80.0)
+    assert "observer" in thr["source"] and "tracr-lab-1" in thr["source"]
