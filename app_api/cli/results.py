@@ -400,7 +400,12 @@ def print_summary(summary: dict, run_dir) -> None:
                   _ci(s.get("e2e_ms_ci95")), _f(s.get("e2e_ms_p95")), _f(edge), _f(s.get("transfer_ms_median")),
                   _f(cloud), _bytes(s.get("bytes_raw")), _bytes(s.get("bytes_encoded")), mark,
                   style=style)
-    console.print(t)
+    if summary.get("splits") or not summary.get("llm"):
+        console.print(t)
+    from app_api.results.llm import llm_lines  # a token pipeline's figures
+
+    for line in llm_lines(summary):
+        console.print(line, highlight=False)
     own = summary.get("split_transport")
     if own:
         whose = ("the run's own transport" if own.get("run_transport") == own["label"]

@@ -14,6 +14,7 @@ import experiment_design.datasets as dataset_registry
 from app_api.devices.registry import LOCALHOST, DeviceRegistry
 from experiment_design.constants import TORCHVISION_PREFIX
 from experiment_design.models import list_models
+from experiment_design.models.llm import list_llms
 from experiment_design.partitioners import list_partitioners
 from experiment_design.roles import list_roles
 from experiment_design.tasks import list_tasks
@@ -75,8 +76,9 @@ def dataset_required_params(name: str) -> list[str]:
 
 
 def models() -> list[str]:
-    """Registered model names (``torchvision:<name>`` is checked separately)."""
-    return list(list_models())
+    """Registered model names, the language models' included (``torchvision:<name>`` is
+    checked separately)."""
+    return [*list_models(), *list_llms()]
 
 
 def torchvision_models() -> list[str] | None:

@@ -1,0 +1,100 @@
+"""A token pipeline's instrumentation against ``transformers``' own ``generate``.
+
+One stage on one host: tracr's generation path (the chain's head, the decoder split
+mode with its per-layer timers and per-sequence KV caches, the feed-back loop of
+:mod:`experiment_design.runtime.generation`) generates ``--tokens`` greedy tokens from
+the fixed prompt, and ``model.generate(..., do_sample=False, max_new_tokens=N)`` does
+the same on the same model and prompt, in the same process, rounds alternating.
+
+- ``tpot_ms_tracr``: tracr's time per output token, the span from the first token to the
+  last over ``N - 1`` (median over rounds);
+- ``tpot_ms_generate``: ``generate``'s, as (time for N tokens - time for 1 token) /
+  (N - 1), which takes its prefill out the same way (median over rounds);
+- ``tpot_over_generate``: their ratio, target <= 1.05 (the instrumentation does not
+  distort what it measures);
+- ``tokens_match``: tracr's tokens are exactly ``generate``'s.
+
+Needs the optional extra (``make llm``). Example: ``tracr bench llm --json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+TARGET = 1.05
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``tracr bench llm``."""
+    p.add_argument("--model", default="smollm2-135m", help="a registered language model")
+    p.add_argument("--tokens", type=int, default=32, help="tokens to generate")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of each")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--prompt", default=None, help="the prompt (default: the task's)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure both, side by side; the result with its targets."""
+    import torch
+
+    from experiment_design.models.llm import load_llm, prompt_ids
+    from experiment_design.runtime import heap
+    from experiment_design.runtime.chain import ChainHead, Route
+    from experiment_design.runtime.generation import generate, summarize
+    from experiment_design.split.decoder import DecoderSplit
+    from experiment_design.tasks.generate import DEFAULT_PROMPT
+
+    torch.set_num_threads(int(args.threads))
+    n = int(args.tokens)
+    model = load_llm(args.model)
+    sm = DecoderSplit(model, name=args.model).to("cpu")
+    ids = prompt_ids(args.model, args.prompt or DEFAULT_PROMPT)
+    owner = SimpleNamespace(split_model=sm, instance="head", downstream={},
+                            cancel_event=threading.Event(), stop_event=threading.Event())
+    head = ChainHead(owner)
+    route = Route(("head",), ())
+    x = torch.tensor([ids])
+    mask = torch.ones_like(x)
+
+    def hf(tokens: int) -> tuple[float, list[int]]:
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = model.generate(x, attention_mask=mask, do_sample=False,
+                                 max_new_tokens=tokens, min_new_tokens=tokens)
+            return time.perf_counter() - t0, out[0, len(ids):].tolist()
+
+    # warm-up of both paths, then freeze what loading left (no full collection mid-run)
+    hf(4)
+    generate(head, route, [ids], 4, first_seq=-1)
+    heap.settle()
+    ours, theirs, figures = [], [], None
+    tokens_hf: list[int] = []
+    tokens_tracr: list[int] = []
+    for r in range(int(args.rounds)):
+        t_n, tokens_hf = hf(n)
+        t_1, _ = hf(1)
+        theirs.append((t_n - t_1) / (n - 1) * 1e3)
+        (seq,) = generate(head, route, [ids], n, first_seq=r)
+        tokens_tracr = seq.tokens
+        ours.append((seq.token_ns[-1] - seq.token_ns[0]) / 1e6 / (n - 1))
+        figures = summarize([seq], route, [sm.weight_bytes(0, sm.n)])
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    match = tokens_tracr == tokens_hf
+    return {
+        "model": args.model, "tokens": n, "rounds": int(args.rounds),
+        "threads": int(args.threads), "prompt_tokens": len(ids),
+        "tpot_ms_tracr": statistics.median(ours), "tpot_ms_generate": statistics.median(theirs),
+        "tpot_ms_tracr_rounds": ours, "tpot_ms_generate_rounds": theirs,
+        "tpot_over_generate": ratio, "tokens_match": match,
+        "ttft_ms": (figures or {}).get("ttft_ms"),
+        "tpot_ms_p50": (figures or {}).get("tpot_ms_p50"),
+        "tpot_ms_p99": (figures or {}).get("tpot_ms_p99"),
+        "targets": {"tpot_over_generate": f"<= {TARGET}", "tokens_match": "true"},
+        "met": {"tpot_over_generate": ratio <= TARGET, "tokens_match": match},
+        "exit_code": 0 if (ratio <= TARGET and match) else 1,
+    }

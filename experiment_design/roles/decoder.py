@@ -1,0 +1,96 @@
+"""Roles of a token pipeline: a language model cut at decoder-layer boundaries.
+
+``llm-head`` (:class:`DecoderHead`) holds the prompt, runs the first layers (the
+embedding included) and drives generation (the ``generate`` task); ``llm-stage``
+(:class:`DecoderStage`) serves the later layers, the last one also the norm and the LM
+head. Both build a :class:`~experiment_design.split.decoder.DecoderSplit` instead of a
+traced split model; the chain's frames, relays and records
+(:mod:`experiment_design.runtime.chain`) are the same as for any other model. Each
+stage keeps the KV cache of its own layers per sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from experiment_design.roles.base import ParticipantService
+from experiment_design.roles.registry import register_role
+from experiment_design.roles.stage import ChainMember, StageRole, require_channels
+
+log = logging.getLogger(__name__)
+
+
+class DecoderSetup(ParticipantService):
+    """Set-up of a decoder model: load it from local files, wrap it as a DecoderSplit."""
+
+    def on_setup(self, config: dict) -> dict:
+        """Load the model named by the manifest (a registered language model); return its
+        facts, with each layer's weight and KV bytes (``extra.llm``) for placement."""
+        import torch
+
+        from experiment_design.models.llm import get_llm_spec, load_llm
+        from experiment_design.split.decoder import DecoderSplit
+        from experiment_design.transport import CodecConfig
+
+        threads = config.get("threads") or self.threads
+        if threads:
+            torch.set_num_threads(int(threads))
+            self.threads = int(threads)
+        name = config["model"]["name"]
+        seed = int(config.get("seed", 0))
+        t0 = time.perf_counter()
+        self.split_model = DecoderSplit(load_llm(name, seed=seed), name=name)
+        load_s = time.perf_counter() - t0
+        log.info("loaded %s in %.1f s", name, load_s)
+        self.device = self._place_model(config)
+        self.codec = CodecConfig.from_dict(config.get("transport") or {})
+        self.data_secret = bytes.fromhex(config.get("data_secret", ""))
+        sm = self.split_model
+        spec = get_llm_spec(name)
+        return {
+            "mode": sm.mode,
+            "n_layers": sm.n,
+            "valid_splits": sm.valid_splits(),
+            "threads": torch.get_num_threads(),
+            "device": str(self.device),
+            "prepared": {"side": None, "splits": 0, "ms": round(load_s * 1e3, 1)},
+            "extra": {"llm": {"model": name, "weights": "pretrained" if spec.pretrained
+                              else "random", "layers": sm.layer_facts(),
+                              "load_s": round(load_s, 2)}},
+        }
+
+
+@register_role("llm-stage")
+class DecoderStage(StageRole, DecoderSetup):
+    """A stage of a token pipeline: serves decoder layers ``a + 1 .. b`` of every step
+    sent to it, keeping each sequence's KV cache of those layers."""
+
+    partners: dict[str, str] = {}
+
+
+@register_role("llm-head")
+class DecoderHead(ChainMember, DecoderSetup):
+    """The head of a token pipeline: tokenizes the prompt, runs the first layers and
+    feeds each chosen token back in (the ``generate`` task)."""
+
+    partners: dict[str, str] = {}
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.head: Any = None
+
+    def on_setup(self, config: dict) -> dict:
+        """The model, and the chain's head side."""
+        from experiment_design.runtime.chain import ChainHead
+
+        info = super().on_setup(config)
+        self.head = ChainHead(self)
+        return info
+
+    def on_connect_partners(self, partners: dict) -> dict:
+        """One data channel per later stage."""
+        out = super().on_connect_partners(partners)
+        require_channels(self)
+        return out

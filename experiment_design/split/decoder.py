@@ -1,0 +1,235 @@
+"""The decoder split mode: a language model cut at decoder-layer boundaries, each stage
+keeping the KV cache of its own layers.
+
+The graph and hooks engines trace a model once and cut the trace; a causal LM with a
+cache does not trace cleanly (the cache is mutable state that lives across calls). This
+mode instead calls the model's own modules (``embed_tokens``, ``layers[a:b]``, ``norm``,
+``lm_head``) in the order the model's ``forward`` does, with one ``DynamicCache`` per
+sequence on each stage, so a split run is exact by construction: the same modules see
+the same inputs as in the unsplit model.
+
+A stage is numbered like the other engines' cuts: layers are ``1 .. n`` (decoder layer
+``i`` of the model is layer ``i + 1``), a stage runs ``a + 1 .. b``; the head also embeds
+the tokens and the last stage also applies the final norm and the LM head.
+
+What crosses a cut is one message (a dict): ``h`` (the hidden state of the step's tokens,
+``[1, L, hidden]``: the whole prompt at prefill, one token at decode) and plain values
+beside it: ``seq`` (the sequence id), ``pos`` (how many tokens of it the caches hold
+before this step), ``end`` (drop the sequence's caches after this step) and ``kv`` (each
+earlier stage's KV cache bytes, measured). The head's message has ``ids`` instead of
+``h``. The last stage returns ``token`` (the greedy choice, int64 ``[1]``; or ``logits``
+with ``reply: "logits"``) and ``kv``, every stage's cache bytes in stage order. A
+sequence's cache never crosses the wire.
+
+Supported: the Llama and Qwen2 families (``model.model.{embed_tokens, layers, norm,
+rotary_emb}`` and ``lm_head``) with full attention.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from experiment_design.errors import TracrError
+
+#: the longest prompt a frame limit is sized for (tokens)
+MAX_PROMPT_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class DecoderPoint:
+    """A cut between decoder layers, as far as a data channel needs to know: what crosses
+    it and how large that may get (the frame limit)."""
+
+    index: int
+    crossing: tuple[str, ...]
+    crossing_bytes: int
+
+
+def _ns() -> int:
+    return time.perf_counter_ns()
+
+
+def _param_bytes(*modules: Any) -> int:
+    seen: set[int] = set()
+    total = 0
+    for m in modules:
+        for p in m.parameters():
+            if id(p) not in seen:  # tied weights (embedding = LM head) count once
+                seen.add(id(p))
+                total += p.numel() * p.element_size()
+    return total
+
+
+class DecoderSplit:
+    """A causal LM run as stages of decoder layers, with per-sequence KV caches (see the
+    module docstring). The ``run_*`` methods have the signatures
+    :func:`experiment_design.runtime.chain.run_range` calls, so the chain's head and
+    serving stages use this mode as they use a traced split."""
+
+    mode = "decoder"
+
+    def __init__(self, model: Any, name: str = "") -> None:
+        base = getattr(model, "model", None)
+        if base is None or not all(hasattr(base, a) for a in
+                                   ("embed_tokens", "layers", "norm", "rotary_emb")):
+            raise TracrError(f"{name or type(model).__name__}: the decoder split mode needs a "
+                             "Llama/Qwen2-style causal LM (model.embed_tokens, layers, norm)")
+        types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+        if types != {"full_attention"}:
+            raise TracrError(f"{name}: layer types {sorted(types)} are not supported yet "
+                             "(full attention only)")
+        self.name = name
+        self.model = model
+        self.base = base
+        self.config = model.config
+        self.layers = list(base.layers)
+        self.n = len(self.layers)
+        self.device: Any = None
+        #: sequence id -> its DynamicCache (this stage's layers only are filled)
+        self.caches: dict[int, Any] = {}
+        hidden = int(self.config.hidden_size)
+        vocab = int(self.config.vocab_size)
+        largest = max(MAX_PROMPT_TOKENS * hidden, vocab) * 4
+        self.points = [DecoderPoint(i, ("ids",) if i == 0 else ("h",), largest)
+                       for i in range(self.n + 1)]
+
+    # -- facts ----------------------------------------------------------------------------
+    def valid_splits(self) -> list[int]:
+        """Every decoder-layer boundary."""
+        return list(range(self.n + 1))
+
+    def weight_bytes(self, a: int, b: int) -> int:
+        """The bytes of the parameters a stage running layers ``a + 1 .. b`` holds (the
+        embedding on the head, the final norm and LM head on the last stage)."""
+        mods = list(self.layers[a:b])
+        if a == 0:
+            mods.append(self.base.embed_tokens)
+        if b == self.n:
+            mods += [self.base.norm, self.model.lm_head]
+        return _param_bytes(*mods)
+
+    def layer_facts(self) -> list[dict]:
+        """Per decoder layer: its weight bytes and its KV cache bytes per token (what a
+        placement under memory caps needs)."""
+        cfg = self.config
+        heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None)
+                       or cfg.hidden_size // cfg.num_attention_heads)
+        kv = 2 * heads * head_dim * 4  # keys and values, fp32
+        return [{"layer": i + 1, "weight_bytes": _param_bytes(m), "kv_bytes_per_token": kv}
+                for i, m in enumerate(self.layers)]
+
+    def to(self, device: Any) -> DecoderSplit:
+        """Move the model to ``device`` (a name or torch.device)."""
+        import torch
+
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise TracrError(f"device {device!r} asked for, but CUDA is not available")
+        self.model.to(dev)
+        self.device = dev
+        return self
+
+    def kv_bytes(self, seq: int) -> int:
+        """The bytes of ``seq``'s KV cache on this stage (0 if it has none)."""
+        cache = self.caches.get(seq)
+        if cache is None:
+            return 0
+        total = 0
+        for layer in getattr(cache, "layers", []):
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if t is not None and hasattr(t, "numel"):
+                    total += t.numel() * t.element_size()
+        return total
+
+    def drop(self, seq: int) -> None:
+        """Forget ``seq``'s cache."""
+        self.caches.pop(seq, None)
+
+    # -- running --------------------------------------------------------------------------
+    def run_full(self, x: dict, timed: bool = False) -> tuple[dict, list]:
+        """Every layer (one stage): ``x`` is the head's message, the output the token."""
+        return self._run(0, self.n, x, timed)
+
+    def run_prefix(self, b: int, x: dict, timed: bool = False) -> tuple[dict, list]:
+        """The head: embed ``x['ids']`` and run layers ``1 .. b``."""
+        return self._run(0, b, x, timed)
+
+    def run_stage(self, a: int, b: int, msg: dict, timed: bool = False) -> tuple[dict, list]:
+        """A middle stage: layers ``a + 1 .. b`` on the message of cut ``a``."""
+        return self._run(a, b, msg, timed)
+
+    def run_suffix(self, a: int, msg: dict, timed: bool = False) -> tuple[dict, list]:
+        """The last stage: layers ``a + 1 .. n``, the norm and the LM head."""
+        return self._run(a, self.n, msg, timed)
+
+    def _cache(self, seq: int, pos: int) -> Any:
+        from transformers import DynamicCache
+
+        if pos == 0:  # a prefill starts the sequence afresh
+            self.caches[seq] = DynamicCache(config=self.config)
+        cache = self.caches.get(seq)
+        if cache is None:
+            raise TracrError(f"sequence {seq} has no KV cache on this stage (its prefill "
+                             "did not come here, or it ended)")
+        return cache
+
+    def _run(self, a: int, b: int, msg: dict, timed: bool) -> tuple[dict, list]:
+        """Layers ``a + 1 .. b`` of one step of one sequence; per-layer ms if ``timed``
+        (index 0 is the embedding, ``n + 1`` the norm and LM head)."""
+        import torch
+        from transformers.masking_utils import create_causal_mask
+
+        seq, pos = int(msg["seq"]), int(msg["pos"])
+        end = bool(msg.get("end"))
+        times: list[tuple[int, float]] = []
+        t = _ns()
+        if a == 0:
+            ids = msg["ids"]
+            if not isinstance(ids, torch.Tensor):
+                ids = torch.tensor([list(ids)], dtype=torch.long)
+            h = self.base.embed_tokens(ids.to(self.device or "cpu"))
+            if timed:
+                t, t0 = _ns(), t
+                times.append((0, (t - t0) / 1e6))
+        else:
+            h = msg["h"]
+        cache = self._cache(seq, pos)
+        steps = h.shape[1]
+        position_ids = torch.arange(pos, pos + steps, device=h.device).unsqueeze(0)
+        mask = create_causal_mask(config=self.config, inputs_embeds=h, attention_mask=None,
+                                  cache=cache, position_ids=position_ids, layer_idx=a)
+        pe = self.base.rotary_emb(h, position_ids=position_ids)
+        for i in range(a, b):
+            h = self.layers[i](h, attention_mask=mask, position_ids=position_ids,
+                               cache=cache, use_cache=True, position_embeddings=pe)
+            if timed:
+                t, t0 = _ns(), t
+                times.append((i + 1, (t - t0) / 1e6))
+        kv = [*list(msg.get("kv") or []), self.kv_bytes(seq)]
+        if end:
+            self.drop(seq)
+        if b < self.n:
+            return {"h": h, "seq": seq, "pos": pos, "end": end, "kv": kv,
+                    "reply": msg.get("reply", "token")}, times
+        # the norm is per position: the last position alone is exactly what the full
+        # model's last row would be
+        logits = self.model.lm_head(self.base.norm(h[:, -1:, :]))[:, -1, :]
+        out: dict[str, Any]
+        if msg.get("reply") == "logits":
+            out = {"logits": logits[0]}
+        else:
+            out = {"token": logits.argmax(dim=-1)}
+        out["kv"] = torch.tensor(kv, dtype=torch.long)
+        if timed:
+            times.append((self.n + 1, (_ns() - t) / 1e6))
+        return out, times
+
+
+def next_token(outputs: dict) -> int:
+    """The chosen token of a last stage's reply (its ``token``, or the greedy choice of
+    its ``logits``): the reply's tensors in the order the stage returned them."""
+    first = next(iter(outputs.values()))
+    return int(first.argmax()) if first.numel() > 1 else int(first.reshape(-1)[0])

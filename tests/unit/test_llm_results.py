@@ -1,0 +1,51 @@
+"""A token pipeline's figures on the observer: taken out of the configuration rows into
+summary.json's llm section, and printed by results show (no transformers needed)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from app_api.results.llm import llm_lines
+from app_api.results.metrics import metrics_lines
+from app_api.runner.llm import take_generations
+
+FIGURES = {"model": "smollm2-135m", "route": ["head-1", "stage-1"], "cuts": [15],
+           "sequences": 1, "new_tokens": 32, "prompt_tokens": 38, "in_flight": 1,
+           "ttft_ms": 510.3, "tpot_ms_p50": 134.7, "tpot_ms_p90": 249.8, "tpot_ms_p99": 301.3,
+           "tokens_per_s_per_sequence": 6.1, "tokens_per_s_total": 5.7,
+           "prefill_tokens_per_s": 74.5, "bytes_per_token_at_cuts": [2304.0],
+           "stages": [{"instance": "head-1", "layers": [1, 15], "compute_ms_per_token": 58.3,
+                       "bytes_per_token": 2304.0, "weight_bytes": 325651968,
+                       "kv_cache_bytes_peak": 1589760},
+                      {"instance": "stage-1", "layers": [16, 30],
+                       "compute_ms_per_token": 75.7, "bytes_per_token": None,
+                       "weight_bytes": 325654272, "kv_cache_bytes_peak": 1589760}]}
+
+
+def test_a_generation_goes_to_the_summary_not_to_configs_csv():
+    state = SimpleNamespace(extra={})
+    other = {"mode": "latency", "cuts": [3]}
+    rest = take_generations(state, [{"mode": "generate", "llm": FIGURES}, other])
+    assert rest == [other] and state.extra["llm"]["ttft_ms"] == 510.3
+    take_generations(state, [{"mode": "generate", "llm": {**FIGURES, "cuts": [10]}}])
+    assert state.extra["llm"]["cuts"] == [15]
+    assert state.extra["llm"]["more"][0]["cuts"] == [10]
+
+
+def test_results_show_prints_ttft_tpot_and_each_stage():
+    lines = llm_lines({"llm": FIGURES})
+    assert "time to first token 510.3 ms" in lines[1] and "p99 301.3 ms" in lines[1]
+    assert "head-1: layers 1..15" in lines[3] and "2.2 KiB/token" in lines[3]
+    assert "stage-1: layers 16..30" in lines[4] and "sends" not in lines[4]
+    assert llm_lines({}) == []
+
+
+def test_metrics_lines_of_a_run_without_inference_rows():
+    """A token pipeline records no inference rows: its energy has joules over the run's
+    window but nothing per inference. metrics_lines raised KeyError 'interval' on it, and
+    with it every 'tracr experiment run' of such a run exited 1 after it had succeeded."""
+    summary = {"metrics": {"head-1": {"memory": {"peak_rss_kb": 1633460}, "energy": {
+        "estimate": {"status": "ok", "label": "estimated", "joules": 88.5, "window_s": 14.0,
+                     "joules_interval": [87.2, 89.8]}}}}}
+    (line,) = [x for x in metrics_lines(summary) if x.startswith("head-1")]
+    assert "estimate 88.5 J over 14.0 s (estimated)" in line
