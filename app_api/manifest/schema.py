@@ -86,6 +86,37 @@ def _rate_check(v: Any) -> str | None:
     return None
 
 
+def _energy_check(v: Any) -> str | None:
+    """``settings.energy``: collector names (a list, or a mapping to their parameters),
+    each registered (``experiment_design.energy``), or ``none``."""
+    if v in (None, "none"):
+        return None
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, (list, dict)) or not all(isinstance(n, str) for n in v):
+        return ("must be a list of energy collectors (or a mapping to their parameters), "
+                f"not {_describe(v)}")
+    if isinstance(v, dict) and not all(p is None or isinstance(p, dict) for p in v.values()):
+        return "each collector's parameters must be a mapping"
+    from experiment_design.energy import list_energy
+
+    valid = list_energy()
+    unknown = [n for n in v if n not in valid]
+    if unknown:
+        return (f"unknown energy collector '{unknown[0]}'. The valid options are "
+                f"[{', '.join(valid)}].")
+    return None
+
+
+def _settings_check(v: dict) -> str | None:
+    """``settings.sampler_ms`` (a number >= 0) and ``settings.energy``, where given."""
+    ms = v.get("sampler_ms")
+    if ms is not None and (isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms < 0):
+        return f"sampler_ms must be a number of ms >= 0 (0: no sampler), not {_describe(ms)}"
+    problem = _energy_check(v.get("energy"))
+    return f"energy: {problem}" if problem else None
+
+
 def _lab_check(v: dict) -> str | None:
     """The hosts ``lab.cpu`` names must be among the ``lab.hosts`` the lab has."""
     hosts = v.get("hosts")
@@ -153,6 +184,11 @@ SCHEMA = Field(
                         default={"threads": None},
                         open=True,
                         keys={"threads": Field("int", default=None, nullable=True, min=1)},
+                        check=_settings_check,
+                        doc="the participant's settings; also sampler_ms (the metrics "
+                            "sampler's period, 50 by default, 0 for none) and energy (energy "
+                            "collectors: names, or name -> parameters, or 'none'; by default "
+                            "rapl, nvml, jetson, estimate)",
                     ),
                 },
             ),

@@ -284,7 +284,8 @@ def start_sampler(settings: dict, device: Any = None) -> Sampler | None:
     """The participant's sampler as its ``settings`` ask (``sampler_ms``: the period, 0 for
     none; ``energy``: the collectors, see :func:`energy_collectors`), started, with its
     first reference timing taken; None when ``sampler_ms`` is 0."""
-    ms = settings.get("sampler_ms", INTERVAL_S * 1e3)
+    ms = settings.get("sampler_ms")
+    ms = INTERVAL_S * 1e3 if ms is None else ms
     if not ms:
         return None
     cuda = device if str(device).startswith("cuda") else None

@@ -30,6 +30,7 @@ from experiment_design.transport.channel import (
     RequestStats,
     SendStats,
 )
+from experiment_design.transport.client import connect
 from experiment_design.transport.codec import CODECS, DTYPES, FILTERS, CodecConfig
 from experiment_design.transport.errors import (
     AuthError,
@@ -39,7 +40,7 @@ from experiment_design.transport.errors import (
     TransportError,
 )
 from experiment_design.transport.frame import Limits
-from experiment_design.transport.server import DataServer, Partner, connect
+from experiment_design.transport.server import DataServer, Partner
 from experiment_design.transport.session import Session, derive
 
 __all__ = [

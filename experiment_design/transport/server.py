@@ -1,4 +1,5 @@
-"""Opening data channels: :class:`DataServer` on the receiving participant, :func:`connect` on the sender."""
+"""Accepting data channels: :class:`DataServer` on the receiving participant (the sender's
+side is :func:`experiment_design.transport.client.connect`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from typing import NamedTuple
 
 from experiment_design.transport import auth
 from experiment_design.transport.channel import DataChannel
+from experiment_design.transport.client import tune
 from experiment_design.transport.codec import CodecConfig, load_blosc2
-from experiment_design.transport.errors import AuthError, ChannelClosed, TransportError
+from experiment_design.transport.errors import AuthError, TransportError
 from experiment_design.transport.frame import Limits
 
 log = logging.getLogger(__name__)
@@ -23,11 +25,6 @@ log = logging.getLogger(__name__)
 _ACCEPT_BATCH = 16  # connections taken from the backlog per turn of the loop
 _TICK_S = 0.25  # the loop looks at deadlines at least this often
 _KEYS_KEPT = 64  # link keys remembered by a server that derives them from the run's secret
-
-
-def _tune(sock: socket.socket) -> None:
-    # Small messages (acks, headers, probe rtts) must not wait for Nagle's timer.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _plain_ip(host: str) -> str:
@@ -264,7 +261,7 @@ class DataServer:
                            f"{len(self._pending)} handshakes pending")
         try:
             conn.setblocking(False)
-            _tune(conn)
+            tune(conn)
             hello, _ = auth.server_hello(self.name, self.codec.encrypt)
             if conn.send(hello) != len(hello):  # a fresh socket takes 300 bytes at once
                 raise OSError("the greeting did not fit the send buffer")
@@ -426,70 +423,3 @@ def _addresses(host: str, timeout: float = 5.0) -> list[str]:
         log.warning("partner address %r does not resolve: no connection from it is admitted",
                     host)
     return sorted(set(found))
-
-
-def connect(
-    host: str,
-    port: int,
-    secret: bytes | None,
-    codec: CodecConfig,
-    timeout: float = 10.0,
-    *,
-    limits: Limits | None = None,
-    name: str = "client",
-    partner: str = "server",
-    key: bytes | None = None,
-) -> DataChannel:
-    """Open an authenticated data channel, as ``name``, to the :class:`DataServer` of
-    ``partner``: with the link's ``key`` (what the observer hands a participant), or the
-    key derived from the run's ``secret`` for the two names.
-
-    A refused connection, or one the server closes before greeting us (it is still
-    starting), is retried until ``timeout``; a failed handshake is not (a wrong key, or a
-    server that is not ``partner``, will not get better).
-    """
-    key = auth.check_secret(key) if key is not None else auth.link_key(secret, partner, name)
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            sock = socket.create_connection((host, port), timeout=max(0.1, remaining))
-        except (ConnectionRefusedError, TimeoutError) as exc:
-            if time.monotonic() + 0.05 >= deadline:
-                raise TransportError(
-                    f"cannot open a data channel to {partner} at {host}:{port}: {exc}",
-                    hint="is the partner's data server running and reachable from here?",
-                ) from None
-            time.sleep(0.05)
-            continue
-        except OSError as exc:
-            raise TransportError(
-                f"cannot open a data channel to {partner} at {host}:{port}: {exc}") from None
-        try:
-            _tune(sock)
-            session = auth.client_handshake(sock, key, codec.encrypt, deadline, name=name,
-                                            partner=partner)
-            sock.settimeout(None)
-        except ChannelClosed as exc:
-            sock.close()
-            if getattr(exc, "received", 1) == 0 and time.monotonic() + 0.05 < deadline:
-                time.sleep(0.05)  # closed before the greeting: busy, try again
-                continue
-            raise TransportError(
-                f"data-channel handshake with {partner} at {host}:{port} failed: {exc}",
-                hint="the partner's data server refuses connections from this address, "
-                     "or has all its partners already",
-            ) from None
-        except TransportError:
-            sock.close()
-            raise
-        except OSError as exc:
-            sock.close()
-            raise TransportError(
-                f"data-channel handshake with {partner} at {host}:{port} failed: "
-                f"{exc or 'timed out'}",
-                hint="the partner did not finish the handshake in time",
-            ) from None
-        channel = DataChannel(sock, codec, limits, session=session)
-        channel.partner = partner
-        return channel
