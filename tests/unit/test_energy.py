@@ -253,3 +253,19 @@ def test_a_window_with_fewer_than_twenty_samples_has_no_number():
     assert f.status == "insufficient" and f.joules is None
     d = f.per(10)
     assert "j_per_inference" not in d and "needed" in d["reason"]
+
+
+# ----- the manifest ----------------------------------------------------------------------------
+def test_a_manifest_naming_an_unknown_collector_is_refused_before_any_device():
+    from app_api.manifest import load_manifest
+    from experiment_design.errors import TracrError
+
+    with pytest.raises(TracrError, match="unknown energy collector 'rapll'.*rapl"):
+        load_manifest("alexnet-sweep", ["+participant_types.edge.settings.energy=[rapll]"])
+    with pytest.raises(TracrError, match="sampler_ms"):
+        load_manifest("alexnet-sweep", ["+participant_types.edge.settings.sampler_ms=-1"])
+    m = load_manifest("alexnet-sweep", [
+        "+participant_types.edge.settings.energy={estimate: {idle_w: 1, max_w: 3}}",
+        "+participant_types.edge.settings.sampler_ms=100"])
+    assert m.participant_types["edge"]["settings"]["energy"] == {
+        "estimate": {"idle_w": 1, "max_w": 3}}
