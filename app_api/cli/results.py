@@ -238,7 +238,7 @@ def energy_pareto(args: argparse.Namespace) -> int:
     import json
 
     from app_api.results import find_run, load_summary
-    from app_api.results.metrics import energy_front, energy_front_lines
+    from app_api.results.energy import energy_front, energy_front_lines
     from experiment_design.errors import TracrError
 
     run_dir = Path(find_run(args.run))

@@ -143,7 +143,7 @@ def compare_points(points: Sequence[Point]) -> dict:
 
 
 def _drift(run_dirs: list[str], moved: float | None) -> dict:
-    from app_api.results.metrics import drift_of_runs
+    from app_api.results.drift import drift_of_runs
 
     drifts = drift_of_runs(run_dirs)
     known = [d for d in drifts if d is not None]

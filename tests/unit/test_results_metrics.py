@@ -138,7 +138,8 @@ def test_activation_bytes_in_the_profile_equal_what_model_splits_reports():
 
 
 def test_results_show_flags_a_ranking_the_machine_drift_could_explain():
-    from app_api.results.metrics import drift_flag, metrics_lines
+    from app_api.results.drift import drift_flag
+    from app_api.results.metrics import metrics_lines
 
     log, rows = _log()
     s = metrics_summary(log, rows)
@@ -188,7 +189,7 @@ def test_energy_per_split_sums_the_participants_and_keeps_the_label():
 
 
 def test_participants_on_one_device_count_its_energy_once():
-    from app_api.results.metrics import energy_by_split
+    from app_api.results.energy import energy_by_split
 
     s = _two_participants()
     same = energy_by_split(s["metrics"], {"edge-1": "localhost", "cloud-1": "localhost"})
@@ -198,7 +199,7 @@ def test_participants_on_one_device_count_its_energy_once():
 
 
 def test_partitioners_are_scored_on_energy_with_a_measured_collector_first():
-    from app_api.results.metrics import score_energy
+    from app_api.results.energy import score_energy
 
     s = _two_participants()
     s["partitioners"] = {"neurosurgeon": {"chosen": 3, "best": 7}, "broken": {"error": "x"}}
@@ -211,7 +212,7 @@ def test_partitioners_are_scored_on_energy_with_a_measured_collector_first():
 
 
 def test_the_latency_energy_front():
-    from app_api.results.metrics import energy_front, energy_front_lines
+    from app_api.results.energy import energy_front, energy_front_lines
 
     s = _two_participants()
     s["energy_by_split"]["nvml"]["7"]["j_per_inference"] = 100.0  # faster but costlier
