@@ -17,8 +17,8 @@ Figures (the LLM community's terms), from :func:`summarize`:
 - ``tokens_per_s``: per sequence (median of its decoded tokens over its decode time)
   and in total (every generated token over the span of the whole generation).
 - ``prefill_tokens_per_s``: prompt tokens over the prefill's time (median).
-- per stage: median compute ms per decode token, bytes sent per decode token (at each
-  cut; the last stage's reply), the weights of its layers and its largest KV cache.
+- per stage: median compute ms per decode token (and per layer), bytes sent per decode
+  token at its outgoing cut, the weights of its layers and its largest KV cache.
 """
 
 from __future__ import annotations
@@ -193,6 +193,15 @@ def _kv(c: Completed, hop: int) -> int | None:
     return int(kv[hop]) if hop < len(kv) else None
 
 
+def _per_layer(records: list[dict]) -> dict[str, float]:
+    """Median ms per layer index over ``records``' ``layers`` ([index, ms] pairs)."""
+    by: dict[int, list[float]] = {}
+    for r in records:
+        for i, ms in r.get("layers") or []:
+            by.setdefault(int(i), []).append(float(ms))
+    return {str(i): statistics.median(v) for i, v in sorted(by.items())}
+
+
 def summarize(seqs: list[Sequence], route: Route, weight_bytes: list[int] | None = None
               ) -> dict[str, Any]:
     """The figures of a generation (see the module docstring), JSON-able."""
@@ -227,6 +236,9 @@ def summarize(seqs: list[Sequence], route: Route, weight_bytes: list[int] | None
             "send_ms_per_token": _median([float(r["send_ms"]) for r in dec
                                           if r.get("send_ms") is not None]),
             "kv_cache_bytes_peak": max(kv) if kv else None,
+            # per layer (0: the embedding, n + 1: norm and LM head), the median ms of a
+            # decode step: what a placement over hosts would plan from
+            "layer_ms_per_token": _per_layer(dec),
         }
         if weight_bytes is not None and hop < len(weight_bytes):
             row["weight_bytes"] = weight_bytes[hop]

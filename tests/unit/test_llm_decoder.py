@@ -121,3 +121,5 @@ def test_generation_through_the_chain_head_and_its_figures():
     (stage,) = fig["stages"]
     assert stage["layers"] == [1, sm.n] and stage["compute_ms_per_token"] > 0
     assert stage["memory_bytes_peak"] == stage["weight_bytes"] + stage["kv_cache_bytes_peak"]
+    # every layer's decode time, the embedding (0) and the LM head (n + 1) included
+    assert list(stage["layer_ms_per_token"]) == [str(i) for i in range(sm.n + 2)]
