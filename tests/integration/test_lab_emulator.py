@@ -56,10 +56,12 @@ def test_a_trace_driven_link_follows_the_trace(cfg, tmp_path):
     from app_api.lab import timeline, verify
 
     lab.up(hosts=1, bandwidth="8Mbit", trace="step", verify=False)
+    started = time.time()
     try:
         assert lab.status()["links"]["mechanism"] == "user"
         result = verify.verify_lab(quick=True)
         assert result["ok"], _failed(result)
+        time.sleep(max(0.0, started + 5.5 - time.time()))  # into the trace's second step
         # a user's own Mahimahi trace: 4 opportunities each ms, 48.5 Mbit/s
         path = tmp_path / "own.trace"
         path.write_text("".join(f"{ms}\n" * 4 for ms in range(1, 201)))
