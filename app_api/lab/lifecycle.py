@@ -344,6 +344,11 @@ def _link_spec(request: dict, hosts: list[str]) -> tuple[dict, str]:
     overrides = {}
     for where, values in (request.get("overrides") or {}).items():
         host, _, direction = where.partition(":")
+        unknown = sorted(set(values) - {*keys, "delay"})
+        if unknown:
+            raise TracrError(f"--link {where}: unknown key {unknown[0]!r}",
+                             hint="keys: bandwidth, delay, jitter, jitter_dist, loss, "
+                             "loss_model, queue, trace")
         overrides[(host, direction or "up")] = links.direction_config(**values)
     return links.link_spec(hosts, egress, overrides), request.get("link_mode") or "auto"
 
