@@ -142,7 +142,9 @@ def run_metrics(state: RunState, w) -> dict:
         profile = next((i.profile for i in state.infos.values() if i and i.profile), None)
         devices = {i.get("name"): i.get("device") for i in
                    state.manifest.participant_instances or []}
-        out = metrics_summary(state.metrics, w.rows, profile, devices)
+        # a resumed run's copied rows were measured by the run it continues, not sampled here
+        copied = int((getattr(w, "resumed_from", None) or {}).get("rows") or 0)
+        out = metrics_summary(state.metrics, w.rows[copied:], profile, devices)
         write_metrics(w.dir, state.metrics)
     except Exception as exc:
         log.warning("metrics summary failed: %s", exc)

@@ -74,6 +74,8 @@ def test_resume_completes_a_killed_sweep(tmp_path, monkeypatch):
     old = Counter(int(x["split"]) for x in before)
     assert all(old[k] + new[k] == REPEATS for k in counts)
     assert summary["partitioner"]["edge-1"]["sweep_length"] == n_splits * REPEATS - len(before)
+    # its metrics cover its own inferences, not the rows it copied (sampled by another run)
+    assert summary["metrics"]["edge-1"]["inferences"] == len(rows) - len(before)
     # the killed run's directory is left exactly as it was
     assert {p.name: p.read_bytes() for p in first.iterdir()} == kept
 
