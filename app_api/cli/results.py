@@ -369,13 +369,9 @@ def _ci(v) -> str:
 
 
 def _bytes(v) -> str:
-    if v is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(v) < 1024 or unit == "GB":
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return str(v)
+    from app_api.units import format_bytes
+
+    return format_bytes(v)
 
 
 def print_summary(summary: dict, run_dir) -> None:

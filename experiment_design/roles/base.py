@@ -290,7 +290,8 @@ class ParticipantService(rpyc.Service):
         # should walk them again (see runtime/heap.py)
         found = heap.settle()
         if found:
-            log.info("heap settled: %d objects frozen, %d left to the collector (collect "
+            # an internal figure: in the participant's log at --debug, not on the console
+            log.debug("heap settled: %d objects frozen, %d left to the collector (collect "
                      "%.0f ms)", found["frozen"], found["tracked"], found["collect_ms"])
         from experiment_design.runtime.sampler import start_sampler
 
@@ -415,7 +416,7 @@ class ParticipantService(rpyc.Service):
             state, error = "done", None
             if heap.active():
                 gcs = heap.WATCH.totals()
-                log.info("garbage collections since set-up (generations 0/1/2): %s, %s ms, "
+                log.debug("garbage collections since set-up (generations 0/1/2): %s, %s ms, "
                          "longest %.1f ms", "/".join(map(str, gcs["collections"])),
                          "/".join(f"{v:.1f}" for v in gcs["ms"]), gcs["longest_ms"])
         except Exception as exc:  # reported through poll(), never lost

@@ -199,6 +199,9 @@ def test_signal_mid_run_leaves_nothing_behind(tmp_path, sig):
     assert not any(os.path.exists(d) for d in dirs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["inferences"] >= 2
+    # where the partial run is, and how to continue it (before: only "interrupted")
+    assert f"interrupted: the partial run is in {tmp_path / 'run'}" in err
+    assert f"--resume {tmp_path / 'run'}" in err
 
 
 def test_killed_participant_fails_the_run_with_an_error_row(tmp_path):
