@@ -184,8 +184,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _stated_lab(args: argparse.Namespace) -> dict:
     """``lab.up`` keyword arguments for the lab that ``args.manifest`` states."""
-    from app_api.lab.requirement import LabSpec
-    from app_api.manifest import load_manifest
+    from app_api.lab.requirement import LabSpec, stated_lab
     from experiment_design.errors import TracrError
 
     given = [flag for flag, value in (
@@ -197,12 +196,12 @@ def _stated_lab(args: argparse.Namespace) -> dict:
     if given:
         raise TracrError(f"--manifest states the lab; {', '.join(given)} cannot be given with it",
                          hint="drop the flags, or drop --manifest and give the lab by flags")
-    manifest = load_manifest(args.manifest)
-    spec = LabSpec.from_section(manifest.lab)
+    name, lab_section, network = stated_lab(args.manifest)
+    spec = LabSpec.from_section(lab_section)
     if spec is None:
-        raise TracrError(f"{manifest.name} states no lab (it has no 'lab' section)",
+        raise TracrError(f"{name} states no lab (it has no 'lab' section)",
                          hint="give the lab by flags: tracr lab up --hosts 2 --bandwidth 4MB/s")
-    return spec.up_kwargs(manifest.network)
+    return spec.up_kwargs(network)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

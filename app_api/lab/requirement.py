@@ -70,7 +70,36 @@ class LabSpec:
         }
         if net.get("delay_ms"):
             kwargs["delay_ms"] = float(net["delay_ms"])
+        if net.get("jitter_ms"):
+            kwargs["jitter"] = float(net["jitter_ms"])
+        if net.get("loss_pct"):
+            kwargs["loss"] = f"{float(net['loss_pct']):g}%"
+        if net.get("trace"):
+            kwargs["trace"] = str(net["trace"])
         return kwargs
+
+
+def stated_lab(name: str) -> tuple[str, dict | None, dict]:
+    """``(experiment name, lab section, network section)`` of manifest ``name``, each
+    checked by the schema, without validating the rest: its participants name lab hosts
+    that exist only once the lab it states is up (``tracr lab up --manifest``)."""
+    from app_api.manifest.errors import ManifestError
+    from app_api.manifest.schema import SCHEMA, SchemaProblem, validate
+    from app_api.manifest.search import find_manifest
+    from app_api.manifest.yamlio import load_yaml_file
+
+    path = find_manifest(name)
+    data, _ = load_yaml_file(path)
+    if not isinstance(data, dict):
+        raise ManifestError("a manifest must be a mapping", file=str(path))
+    sections = []
+    for key in ("lab", "network"):
+        try:
+            sections.append(validate(data.get(key), SCHEMA.keys[key], (key,)))
+        except SchemaProblem as exc:
+            raise ManifestError(f"{'.'.join(map(str, exc.path))}: {exc.message}",
+                                file=str(path), hint=exc.hint) from None
+    return path.stem, sections[0], sections[1] or {}
 
 
 def up_command(spec: LabSpec, network: dict | None = None) -> str:
@@ -80,7 +109,13 @@ def up_command(spec: LabSpec, network: dict | None = None) -> str:
     if kw["bandwidth"]:
         parts.append(f"--bandwidth {kw['bandwidth']}")
     if kw.get("delay_ms"):
-        parts.append(f"--delay {kw['delay_ms']:g}")
+        parts.append(f"--delay {kw['delay_ms']:g}ms")
+    if kw.get("jitter"):
+        parts.append(f"--jitter {kw['jitter']:g}ms")
+    if kw.get("loss"):
+        parts.append(f"--loss {kw['loss']}")
+    if kw.get("trace"):
+        parts.append(f"--trace {kw['trace']}")
     if kw["cpu_quota"]:
         parts.append("--cpu-quota " + " ".join(f"{h}={s:g}" for h, s in kw["cpu_quota"].items()))
         parts.append(f"--cpu-mode {kw['cpu_mode']}")

@@ -259,15 +259,23 @@ SCHEMA = Field(
                 "delay_ms": None,
                 "jitter_ms": None,
                 "loss_pct": None,
+                "trace": None,
             },
             keys={
                 "bandwidth": Field("any", default=None, nullable=True, check=_rate_check),
                 "bandwidths": Field(
                     "list", default=None, nullable=True, items=Field("any", check=_rate_check)
                 ),
-                "delay_ms": Field("number", default=None, nullable=True, min=0),
-                "jitter_ms": Field("number", default=None, nullable=True, min=0),
+                "delay_ms": Field("number", default=None, nullable=True, min=0,
+                                  doc="one-way delay on each host's egress (a round trip "
+                                      "between two hosts is twice it)"),
+                "jitter_ms": Field("number", default=None, nullable=True, min=0,
+                                   doc="delay jitter (never reorders)"),
                 "loss_pct": Field("number", default=None, nullable=True, min=0, max=100),
+                "trace": Field("str", default=None, nullable=True,
+                               doc="the link's rate follows this trace (a shipped steady, "
+                                   "step, sawtooth, walk scaled to bandwidth, or a Mahimahi "
+                                   "or time_s,rate CSV file)"),
             },
         ),
         "lab": Field(

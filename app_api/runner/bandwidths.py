@@ -100,7 +100,7 @@ def run_bandwidths(plan: RunPlan, out_dir: str | os.PathLike | None = None,
                 bw = run.bandwidth
                 run_dir = group_dir / run.subdir
                 say(f"bandwidth {bw}: shaping the lab link and running {manifest.name}")
-                report = network.apply(bw, run.delay_ms, say=say)
+                report = network.apply(bw, run.delay_ms, run.link, say=say)
                 res = run_experiment(run.manifest, out_dir=run_dir, progress=progress,
                                      facts=network.lab_facts(run.manifest, link=report))
                 doc["rows"].append(group_row(bw, res.summary, run_dir, group_dir))

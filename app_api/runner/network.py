@@ -46,13 +46,6 @@ def check_lab_participants(manifest: Any) -> list[str]:
 
     Returns the lab's host names.
     """
-    net = dict(manifest.network or {})
-    unsupported = [k for k in ("jitter_ms", "loss_pct") if net.get(k) not in (None, 0)]
-    if unsupported:
-        raise TracrError(
-            f"network.{unsupported[0]} is set, but the lab shapes only bandwidth and delay_ms.",
-            hint=f"remove it (--set ~network.{unsupported[0]}) or set it to null",
-        )
     hosts = lab_hosts()
     devices = {i["name"]: i["device"] for i in manifest.participant_instances}
     off_lab = {inst: dev for inst, dev in devices.items() if dev not in hosts}
@@ -74,17 +67,33 @@ def check_lab_participants(manifest: Any) -> list[str]:
     return hosts
 
 
+#: the link settings beyond rate and delay that a run may change and must put back
+LINK_KEYS = ("jitter", "jitter_dist", "loss", "loss_model", "queue", "trace", "link_mode",
+             "overrides")
+
+
 def current_shaping() -> dict:
-    """The lab's shaping now: ``{"bandwidth": str|None, "delay_ms": float|None}``."""
+    """The lab's shaping now: ``{"bandwidth", "delay_ms", "link": {jitter, loss, trace,
+    ...}}`` (what :func:`restore` puts back)."""
     conf = (lab.link_report() or {}).get("configured") or {}
-    return {"bandwidth": conf.get("bandwidth"), "delay_ms": conf.get("delay_ms")}
+    request = conf.get("request") or {}
+    return {"bandwidth": conf.get("bandwidth"), "delay_ms": conf.get("delay_ms"),
+            "link": {k: request[k] for k in LINK_KEYS if k in request}}
 
 
-def apply(bandwidth: str | None, delay_ms: float | None, say=lambda m: None) -> dict:
-    """Shape the lab link and return its measured ``link_report()`` (plus what was asked)."""
-    report = lab.shape(bandwidth=bandwidth, delay_ms=delay_ms, verify=True, say=say)
+def apply(bandwidth: str | None, delay_ms: float | None, link: dict | None = None,
+          say=lambda m: None) -> dict:
+    """Shape the lab link and return its measured ``link_report()`` (plus what was asked).
+
+    ``link``: jitter, loss, trace... (:func:`app_api.runner.plan.link_args`); with
+    ``link`` and no ``bandwidth`` the lab's current rate is kept (a manifest that asks for
+    loss alone does not take the rate away)."""
+    link = dict(link or {})
+    if bandwidth is None and link:
+        bandwidth = current_shaping().get("bandwidth")
+    report = lab.shape(bandwidth=bandwidth, delay_ms=delay_ms, verify=True, say=say, **link)
     report = dict(report or {})
-    report["requested"] = {"bandwidth": bandwidth, "delay_ms": delay_ms}
+    report["requested"] = {"bandwidth": bandwidth, "delay_ms": delay_ms, **link}
     asked = report.get("configured", {}).get("bandwidth_Bps")
     got = report.get("bandwidth_Bps")
     if asked and got:
@@ -96,13 +105,13 @@ def apply(bandwidth: str | None, delay_ms: float | None, say=lambda m: None) -> 
 
 
 @contextlib.contextmanager
-def shaped(bandwidth: str | None, delay_ms: float | None = None,
+def shaped(bandwidth: str | None, delay_ms: float | None = None, link: dict | None = None,
            say=lambda m: None) -> Iterator[dict]:
     """Shape the lab link for the ``with`` body; put the previous shaping back afterwards."""
     with lab.link_lock():  # one shaped run at a time: no other run re-shapes the link under us
         before = current_shaping()
         try:
-            yield apply(bandwidth, delay_ms, say=say)
+            yield apply(bandwidth, delay_ms, link, say=say)
         finally:
             with contextlib.suppress(TracrError):
                 if lab_hosts():
@@ -127,8 +136,10 @@ def restore(before: dict, say=lambda m: None) -> None:
     ``tracr lab ls`` shows the restored link's figures again)."""
     if current_shaping() == before:
         return
+    link = {k: None for k in ("jitter", "loss", "loss_model", "queue", "trace")}
+    link.update(before.get("link") or {})  # what the run added and the lab had not goes
     lab.shape(bandwidth=before.get("bandwidth"), delay_ms=before.get("delay_ms"), verify=True,
-          say=say)
+              say=say, **link)
     say(f"lab link restored to {before.get('bandwidth') or 'unshaped'}")
 
 
@@ -219,6 +230,6 @@ def run_shaped(run: PlannedRun, out_dir: str | os.PathLike | None = None,
                progress: bool = True, say: Callable[[str], None] = lambda m: None) -> RunResult:
     """One run over a lab link shaped to ``run.bandwidth``; the old shaping is put back."""
     check_lab_participants(run.manifest)
-    with shaped(run.bandwidth, run.delay_ms, say=say) as report:
+    with shaped(run.bandwidth, run.delay_ms, run.link, say=say) as report:
         return run_experiment(run.manifest, out_dir=out_dir, progress=progress,
                               facts=lab_facts(run.manifest, link=report))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app_api.manifest import Manifest, Override, derive_manifest, validate_data
@@ -42,6 +42,9 @@ class PlannedRun:
     delay_ms: float | None = None
     subdir: str | None = None
     resume_from: Path | None = None
+    #: the rest of the link the run asks for (``lab.shape``'s ``jitter``, ``loss``,
+    #: ``trace``), from the manifest's ``network`` section
+    link: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         link = f" over a lab link shaped to {self.bandwidth}" if self.bandwidth else ""
@@ -89,14 +92,30 @@ def requested_bandwidths(manifest: Manifest) -> list[str] | None:
     return None
 
 
+def link_args(manifest: Manifest) -> dict:
+    """The link beyond rate and delay that ``manifest``'s ``network`` section asks for, as
+    :func:`app_api.lab.shape` takes it (``{}``: none)."""
+    net = dict(manifest.network or {})
+    out: dict = {}
+    if net.get("jitter_ms"):
+        out["jitter"] = float(net["jitter_ms"])
+    if net.get("loss_pct"):
+        out["loss"] = f"{float(net['loss_pct']):g}%"
+    if net.get("trace"):
+        out["trace"] = str(net["trace"])
+    return out
+
+
 def plan_runs(manifest: Manifest) -> RunPlan:
     """The runs ``manifest`` (with the overrides it was loaded with) asks for."""
     bandwidths = requested_bandwidths(manifest)
     delay = (manifest.network or {}).get("delay_ms")
-    if bandwidths is None:
+    link = link_args(manifest)
+    if bandwidths is None and not (delay or link):
         return RunPlan(PLAIN, manifest, (PlannedRun(manifest),))
-    if len(bandwidths) == 1:
-        return RunPlan(SHAPED, manifest, (PlannedRun(manifest, bandwidths[0], delay),))
+    if bandwidths is None or len(bandwidths) == 1:
+        bandwidth = bandwidths[0] if bandwidths else None
+        return RunPlan(SHAPED, manifest, (PlannedRun(manifest, bandwidth, delay, link=link),))
     runs = tuple(
         PlannedRun(
             derive_manifest(manifest, [
@@ -106,6 +125,7 @@ def plan_runs(manifest: Manifest) -> RunPlan:
             bw,
             delay,
             subdir=bandwidth_dir_name(bw),
+            link=link,
         )  # fmt: skip
         for bw in bandwidths
     )

@@ -118,3 +118,17 @@ def test_lab_up_manifest_refuses_flags_beside_it(capsys):
     code = app.main(["lab", "up", "--manifest", "neurosurgeon-alexnet", "--hosts", "3"])
     assert code == 2
     assert "--hosts cannot be given with it" in capsys.readouterr().err
+
+
+def test_the_stated_lab_is_read_before_its_hosts_exist(tmp_path, monkeypatch):
+    # tracr lab up --manifest: the manifest's devices (lab-1, lab-2) are not paired yet, so
+    # the full manifest does not validate; its lab and network sections alone do
+    monkeypatch.setenv("TRACR_DEVICES", str(tmp_path / "empty.yaml"))
+    with pytest.raises(ManifestError):
+        load_manifest("neurosurgeon-alexnet")
+    name, section, network = requirement.stated_lab("neurosurgeon-alexnet")
+    spec = requirement.LabSpec.from_section(section)
+    assert name == "neurosurgeon-alexnet" and spec.cpu_mode == "duty"
+    assert spec.up_kwargs({**network, "delay_ms": 20, "loss_pct": 1, "trace": "walk"}) == {
+        "hosts": 2, "bandwidth": "4MB/s", "cpu_quota": {"lab-1": 0.25}, "cpu_period_ms": None,
+        "cpu_mode": "duty", "pin": True, "delay_ms": 20.0, "loss": "1%", "trace": "walk"}

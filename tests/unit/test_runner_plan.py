@@ -126,3 +126,22 @@ def test_resume_refusals(tmp_path):
         plan_resume(fixed, _killed_run(tmp_path / "b", fixed, [0]))
     with pytest.raises(TracrError, match="manifest.yaml"):
         plan_resume(m, tmp_path)
+
+
+def test_loss_jitter_and_a_trace_are_shaped_by_the_run():
+    # before, network.loss_pct and jitter_ms were refused ("the lab shapes only bandwidth
+    # and delay_ms") and a trace could not be asked for by a manifest at all
+    plan = plan_runs(_manifest("network.bandwidth=16Mbit", "network.loss_pct=1",
+                               "network.jitter_ms=2", "network.delay_ms=20",
+                               "network.trace=walk"))
+    run = plan.runs[0]
+    assert plan.kind == SHAPED and run.bandwidth == "16Mbit" and run.delay_ms == 20
+    assert run.link == {"loss": "1%", "jitter": 2.0, "trace": "walk"}
+    # a sweep carries them to every rate
+    plan = plan_runs(_manifest("network.loss_pct=0.5"))
+    assert plan.kind == SWEEP and all(r.link == {"loss": "0.5%"} for r in plan.runs)
+    # loss alone (no rate): one shaped run that keeps the lab's rate
+    plan = plan_runs(_manifest("network.bandwidths=null", "network.bandwidth=null",
+                               "network.loss_pct=2"))
+    assert plan.kind == SHAPED and plan.runs[0].bandwidth is None
+    assert plan.runs[0].link == {"loss": "2%"}
