@@ -1,5 +1,5 @@
-"""Every ``tracr`` command line the README and the manifests' headers show is one the CLI
-accepts: a researcher copies them as they are (the pareto headers once said
+"""Every ``tracr`` command line the README, the documentation site and the manifests'
+headers show is one the CLI accepts: a researcher copies them as they are (the pareto headers once said
 ``tracr results pareto NAME last``, which the CLI refused)."""
 
 from __future__ import annotations
@@ -30,15 +30,18 @@ def documented_commands() -> list[tuple[str, str]]:
     for path in sorted((ROOT / "manifests").glob("*.yaml")):
         header = "\n".join(ln[1:] for ln in path.read_text().splitlines() if ln.startswith("#"))
         found += _commands(header, f"manifests/{path.name}")
-    readme = (ROOT / "README.md").read_text()
-    for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", readme, re.S):
-        found += _commands(block, "README.md")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        where = str(page.relative_to(ROOT))
+        for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", page.read_text(), re.S):
+            found += _commands(block, where)
     return found
 
 
 def test_the_docs_show_commands():
     where = {w for w, _ in documented_commands()}
     assert "README.md" in where and "manifests/paretopipe-mobilenet.yaml" in where
+    assert "docs/tutorial.md" in where and "docs/guide/lab.md" in where
 
 
 @pytest.mark.parametrize("where,command", documented_commands())
