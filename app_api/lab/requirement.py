@@ -70,13 +70,22 @@ class LabSpec:
         }
         if net.get("delay_ms"):
             kwargs["delay_ms"] = float(net["delay_ms"])
-        if net.get("jitter_ms"):
-            kwargs["jitter"] = float(net["jitter_ms"])
-        if net.get("loss_pct"):
-            kwargs["loss"] = f"{float(net['loss_pct']):g}%"
-        if net.get("trace"):
-            kwargs["trace"] = str(net["trace"])
+        kwargs.update(link_args(net))
         return kwargs
+
+
+def link_args(network: dict | None) -> dict:
+    """The link beyond rate and delay that a manifest's ``network`` section asks for, as
+    :func:`app_api.lab.up` and :func:`app_api.lab.shape` take it (``{}``: none)."""
+    net = dict(network or {})
+    out: dict = {}
+    if net.get("jitter_ms"):
+        out["jitter"] = float(net["jitter_ms"])
+    if net.get("loss_pct"):
+        out["loss"] = f"{float(net['loss_pct']):g}%"
+    if net.get("trace"):
+        out["trace"] = str(net["trace"])
+    return out
 
 
 def stated_lab(name: str) -> tuple[str, dict | None, dict]:

@@ -85,7 +85,7 @@ def apply(bandwidth: str | None, delay_ms: float | None, link: dict | None = Non
           say=lambda m: None) -> dict:
     """Shape the lab link and return its measured ``link_report()`` (plus what was asked).
 
-    ``link``: jitter, loss, trace... (:func:`app_api.runner.plan.link_args`); with
+    ``link``: jitter, loss, trace... (:func:`app_api.lab.requirement.link_args`); with
     ``link`` and no ``bandwidth`` the lab's current rate is kept (a manifest that asks for
     loss alone does not take the rate away)."""
     link = dict(link or {})

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app_api.lab import requirement
 from app_api.manifest import Manifest, Override, derive_manifest, validate_data
 from app_api.results import complete_rows
 from experiment_design.errors import TracrError
@@ -92,25 +93,11 @@ def requested_bandwidths(manifest: Manifest) -> list[str] | None:
     return None
 
 
-def link_args(manifest: Manifest) -> dict:
-    """The link beyond rate and delay that ``manifest``'s ``network`` section asks for, as
-    :func:`app_api.lab.shape` takes it (``{}``: none)."""
-    net = dict(manifest.network or {})
-    out: dict = {}
-    if net.get("jitter_ms"):
-        out["jitter"] = float(net["jitter_ms"])
-    if net.get("loss_pct"):
-        out["loss"] = f"{float(net['loss_pct']):g}%"
-    if net.get("trace"):
-        out["trace"] = str(net["trace"])
-    return out
-
-
 def plan_runs(manifest: Manifest) -> RunPlan:
     """The runs ``manifest`` (with the overrides it was loaded with) asks for."""
     bandwidths = requested_bandwidths(manifest)
     delay = (manifest.network or {}).get("delay_ms")
-    link = link_args(manifest)
+    link = requirement.link_args(manifest.network)
     if bandwidths is None and not (delay or link):
         return RunPlan(PLAIN, manifest, (PlannedRun(manifest),))
     if bandwidths is None or len(bandwidths) == 1:
