@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.integration.helpers import live_processes
+
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,11 +112,10 @@ def test_a_stopped_middle_stage_ends_the_pipeline_within_the_liveness_timeout(tm
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if (tmp_path / "run" / "stages.csv").exists():
-                for p in me.children(recursive=True):
-                    if "stage-1" in " ".join(p.cmdline()):
-                        os.kill(p.pid, signal.SIGSTOP)
-                        stopped.append(p.pid)
-                        return
+                for p in live_processes(me, "--instance stage-1"):
+                    os.kill(p.pid, signal.SIGSTOP)
+                    stopped.append(p.pid)
+                    return
             time.sleep(0.05)
 
     t = threading.Thread(target=stop_the_middle, daemon=True)
@@ -134,8 +135,7 @@ def test_a_stopped_middle_stage_ends_the_pipeline_within_the_liveness_timeout(tm
     assert not res.ok and res.exit_code == 1
     assert took < 90, took
     assert any("stage-1" in e for e in res.errors), res.errors
-    assert not [p for p in me.children(recursive=True) if "experiment_design.participant"
-                in " ".join(p.cmdline())]
+    assert not live_processes(me, "experiment_design.participant")
 
 
 def test_bench_pipeline_local_runs_without_a_lab(tmp_path):
