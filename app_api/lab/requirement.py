@@ -22,6 +22,7 @@ up`` command that brings up the stated lab (:func:`up_command`), or, with
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,9 +167,19 @@ def differences(spec: LabSpec, state: dict | None) -> list[dict]:
             if abs(period_ms - spec.cpu_period_ms) > 1e-9:
                 out.append({"what": f"{name} cpu period", "wanted": f"{spec.cpu_period_ms:g} ms",
                             "found": f"{period_ms:g} ms"})
-    if bool(state.get("pinned")) != spec.pin and len(hosts) == spec.hosts:
-        out.append({"what": "pinned", "wanted": spec.pin, "found": bool(state.get("pinned"))})
+    # lab up pins only where each host can have a CPU of its own: with more hosts than CPUs
+    # a lab that asked for pinning is unpinned, and that is the stated lab on this machine
+    can_pin = spec.hosts <= machine_cpus()
+    if len(hosts) == spec.hosts and bool(state.get("pinned")) != (spec.pin and can_pin):
+        out.append({"what": "pinned", "wanted": spec.pin and can_pin,
+                    "found": bool(state.get("pinned"))})
     return out
+
+
+def machine_cpus() -> int:
+    """The CPUs this process may use (what lab up pins hosts to)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
 
 
 def _share(v: float | None) -> str:

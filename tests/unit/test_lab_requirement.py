@@ -132,3 +132,16 @@ def test_the_stated_lab_is_read_before_its_hosts_exist(tmp_path, monkeypatch):
     assert spec.up_kwargs({**network, "delay_ms": 20, "loss_pct": 1, "trace": "walk"}) == {
         "hosts": 2, "bandwidth": "4MB/s", "cpu_quota": {"lab-1": 0.25}, "cpu_period_ms": None,
         "cpu_mode": "duty", "pin": True, "delay_ms": 20.0, "loss": "1%", "trace": "walk"}
+
+
+def test_a_lab_with_more_hosts_than_cpus_is_unpinned_as_stated(lab_root, monkeypatch):
+    # mobilenet-pipeline states 3 hosts on a 2-CPU machine: lab up cannot pin them, and a
+    # run on that very lab was refused with "pinned: wanted True, found False"
+    monkeypatch.setattr(requirement, "machine_cpus", lambda: 2)
+    spec = requirement.LabSpec(hosts=3, cpu={"lab-1": 0.6, "lab-2": 0.6, "lab-3": 0.6},
+                               cpu_mode="duty", cpu_period_ms=2)
+    state = _lab({"lab-1": 0.6, "lab-2": 0.6, "lab-3": 0.6}, pinned=False, period_us=2000)
+    assert requirement.differences(spec, state) == []
+    monkeypatch.setattr(requirement, "machine_cpus", lambda: 4)
+    assert requirement.differences(spec, state) == [
+        {"what": "pinned", "wanted": True, "found": False}]
