@@ -96,32 +96,22 @@ def _realtime(pid: int, prio: int) -> bool:
         return False
 
 
-def _worker(layers: int, repeats: int, cpu: int, cgroup_dir: Path | None,
-            timeout: float = 600.0) -> dict:
-    """One case's passes: median wall and CPU time of a pass (ms)."""
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(layers), str(repeats)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        os.sched_setaffinity(proc.pid, {cpu})
-        realtime = False
-        if cgroup_dir is not None:
-            # a cgroup of its own has no real-time budget: normal priority, as a lab host
-            (cgroup_dir / "cgroup.procs").write_text(str(proc.pid))
-        else:
-            realtime = _realtime(proc.pid, _WORKER_PRIO)
-        out, err = proc.communicate("go\n", timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != 0:
-        raise TracrError(f"the benchmark's worker failed: {err.strip()[-400:]}")
+def _worker(layers: int, repeats: int, cpu: int, cgroup_dir: Path | None) -> dict:
+    """One case's passes: median wall and CPU time of a pass (ms). In a cgroup of its own
+    (no real-time budget there) at normal priority, as a lab host; else real-time."""
+    from app_api.lab.cgroup import run_pinned
+
+    placed: list[bool] = []
+
+    def place(pid: int) -> None:
+        placed.append(cgroup_dir is None and _realtime(pid, _WORKER_PRIO))
+
+    out = run_pinned(_WORKER, [str(layers), str(repeats)], cpu, cgroup_dir,
+                     what="benchmark's worker", place=place)
     rows = json.loads(out.strip().splitlines()[-1])
     wall = statistics.median(r[0] for r in rows)
     cpu_ms = statistics.median(r[1] for r in rows)
-    return {"cpu_ms": round(cpu_ms, 3), "wall_ms": round(wall, 3), "realtime": realtime}
+    return {"cpu_ms": round(cpu_ms, 3), "wall_ms": round(wall, 3), "realtime": placed[0]}
 
 
 def _intruder(every_us: int, cpu: int) -> subprocess.Popen:

@@ -211,10 +211,12 @@ def measure_shares(where: list[tuple[Path, str | None]], seconds: float = 1.0) -
 
 
 def run_pinned(code: str, args: list[str], cpu: int, cgroup_dir: Path | None = None,
-               timeout: float = 600.0, what: str = "worker") -> str:
+               timeout: float = 600.0, what: str = "worker",
+               place=lambda pid: None) -> str:
     """Run ``python -c code args`` pinned to ``cpu`` and, given ``cgroup_dir``, inside that
     cgroup; the child waits for a line on stdin, so it starts its work only once it is in
-    place. Returns its stdout; a failure raises with the end of its stderr."""
+    place (``place(pid)`` runs then too: a scheduling policy, say). Returns its stdout; a
+    failure raises with the end of its stderr."""
     import os
 
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
@@ -224,6 +226,7 @@ def run_pinned(code: str, args: list[str], cpu: int, cgroup_dir: Path | None = N
         os.sched_setaffinity(proc.pid, {cpu})
         if cgroup_dir is not None:
             (cgroup_dir / "cgroup.procs").write_text(str(proc.pid))
+        place(proc.pid)
         out, err = proc.communicate("go\n", timeout=timeout)
     finally:
         if proc.poll() is None:
