@@ -42,14 +42,13 @@ import select
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 from collections import deque
 from pathlib import Path
 
 from app_api.lab.pipe import LinkConfig, Pipe
-from app_api.lab.system import pid_alive
+from app_api.lab.system import find_helpers, helper_is_ours, start_helper
 
 READY = "relaying from emulator"  # logged once every socket is open
 ETH_P_ALL = 0x0003
@@ -309,32 +308,18 @@ _ENTRY = "import sys; from app_api.lab.emulator import main; sys.exit(main(sys.a
 
 def start(config_path: Path, timeline_path: Path, alive: Path, log_path: Path) -> int:
     """Start the emulator in its own session; its PID (wait for :data:`READY` in the log)."""
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    cmd = [sys.executable, "-c", _ENTRY, "--config", str(config_path), "--timeline",
-           str(timeline_path), "--alive", str(alive)]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=log, env=env, start_new_session=True)
-    return proc.pid
+    return start_helper([sys.executable, "-c", _ENTRY, "--config", str(config_path),
+                         "--timeline", str(timeline_path), "--alive", str(alive)], log_path)
 
 
 def is_ours(pid: int | None, alive: Path) -> bool:
     """True if ``pid`` is an emulator started for the lab whose state file is ``alive``."""
-    if not pid or not pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
-            argv = fh.read().split(b"\0")
-    except OSError:
-        return False
-    return (len(argv) > 2 and argv[1:3] == [b"-c", _ENTRY.encode()]
-            and str(alive).encode() in argv)
+    return helper_is_ours(pid, _ENTRY, alive)
 
 
 def find(alive: Path) -> list[int]:
     """PIDs of every emulator of the lab whose state file is ``alive`` (for a lost state)."""
-    return [int(e.name) for e in Path("/proc").iterdir()
-            if e.name.isdigit() and is_ours(int(e.name), alive)]
+    return find_helpers(_ENTRY, alive)
 
 
 def cpu_seconds(pid: int) -> float | None:

@@ -46,14 +46,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app_api.lab.system import pid_alive
+from app_api.lab.system import find_helpers, helper_is_ours, start_helper
 from experiment_design.runtime import heap
 
 DEFAULT_PERIOD_US = 1_000  # the tick (see the module's docstring)
@@ -392,34 +391,17 @@ def command(hosts: list[tuple[str, float]], period_us: int, alive: Path) -> list
 
 def start(hosts: list[tuple[str, float]], period_us: int, alive: Path, log_path: Path) -> int:
     """Start the pacer in its own session (Ctrl-C on ``lab up`` must not stop it); its PID."""
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(command(hosts, period_us, alive), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=log, env=env,
-                                start_new_session=True)
-    return proc.pid
+    return start_helper(command(hosts, period_us, alive), log_path)
 
 
 def is_ours(pid: int | None, alive: Path) -> bool:
     """True if ``pid`` is a pacer started for the lab whose state file is ``alive``."""
-    if not pid or not pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
-            argv = fh.read().split(b"\0")
-    except OSError:
-        return False
-    return (len(argv) > 2 and argv[1:3] == [b"-c", _ENTRY.encode()]
-            and str(alive).encode() in argv)
+    return helper_is_ours(pid, _ENTRY, alive)
 
 
 def find(alive: Path) -> list[int]:
     """PIDs of every pacer of the lab whose state file is ``alive`` (for a lost state)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and is_ours(int(entry.name), alive):
-            pids.append(int(entry.name))
-    return pids
+    return find_helpers(_ENTRY, alive)
 
 
 def continue_pids(pids: list[int]) -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from experiment_design.errors import TracrError
 
@@ -104,3 +105,33 @@ def _reap(pid: int | None) -> None:
         os.waitpid(pid, os.WNOHANG)
     except (ChildProcessError, OSError):
         pass
+
+
+def start_helper(cmd: list[str], log_path: Path) -> int:
+    """Start one of the lab's helper processes (the pacer, the link emulator) in a session
+    of its own (a Ctrl-C on ``lab up`` must not stop it), its stderr appended to
+    ``log_path``, with tracr importable; its PID."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=log, env=env, start_new_session=True)
+    return proc.pid
+
+
+def helper_is_ours(pid: int | None, entry: str, alive: Path) -> bool:
+    """True if ``pid`` runs ``python -c entry`` for the lab whose state file is ``alive``."""
+    if not pid or not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return (len(argv) > 2 and argv[1:3] == [b"-c", entry.encode()]
+            and str(alive).encode() in argv)
+
+
+def find_helpers(entry: str, alive: Path) -> list[int]:
+    """PIDs of every ``python -c entry`` of the lab whose state file is ``alive``."""
+    return [int(e.name) for e in Path("/proc").iterdir()
+            if e.name.isdigit() and helper_is_ours(int(e.name), entry, alive)]
