@@ -29,7 +29,7 @@ from app_api.lab.lock import WAIT_S, link_lock
 from app_api.lab.probe import measure_link
 from app_api.lab.registry_link import register_hosts, unregister_hosts
 from app_api.lab.state import host_entry, load_state, new_state, remove_state, save_state
-from app_api.lab.system import pid_alive, require_root, stop_pid
+from app_api.lab.system import logged, pid_alive, require_root, stop_pid
 from app_api.units import format_rate
 from experiment_design.errors import TracrError
 
@@ -295,7 +295,7 @@ def _start_pacer(state: dict, period: int, say) -> None:
     ready = f"{pacer.READY} {pid}:"
     # wait until it paces, not only until it runs: the shares measured next are what the
     # hosts get (measured during its start-up, a 0.25 host's busy loop got 0.28)
-    while not (pacer.is_ours(pid, lab_state.state_path()) and _logged(log_path, ready)):
+    while not (pacer.is_ours(pid, lab_state.state_path()) and logged(log_path, ready)):
         if not pid_alive(pid):
             raise TracrError(f"the lab's CPU pacer exited at start-up; see {log_path}")
         if time.monotonic() > deadline:
@@ -305,15 +305,6 @@ def _start_pacer(state: dict, period: int, say) -> None:
     say(f"pacer pid {pid}: " + ", ".join(f"{h['name']} at {h['cpu_quota']:g} core"
                                          for h in state["hosts"] if h.get("cgroup"))
         + f" of CPU time, checked every {period / 1000:g} ms")
-
-
-def _logged(path: Path, line: str) -> bool:
-    """True if the log at ``path`` has a line starting with ``line``."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return False
-    return any(row.startswith(line) for row in text.splitlines())
 
 
 def _stop_pacers(namespaces: set[str]) -> list[int]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from app_api.lab import emulator, network
 from app_api.lab import state as lab_state
 from app_api.lab.pipe import LinkConfig, parse_fraction, parse_ge, parse_queue
-from app_api.lab.system import ok, pid_alive, run, stop_pid
+from app_api.lab.system import logged, ok, pid_alive, run, stop_pid
 from app_api.units import parse_rate
 from experiment_design.errors import TracrError
 
@@ -218,7 +218,7 @@ def start_emulator(state: dict, spec: dict, say) -> int:
     lab_state.save_state(state)
     deadline = time.monotonic() + 10.0
     ready = f"{emulator.READY} {pid}:"
-    while not _logged(paths["log"], ready):
+    while not logged(paths["log"], ready):
         if not pid_alive(pid):
             tail = paths["log"].read_text(errors="replace").strip().splitlines()[-5:]
             raise TracrError("the lab's link emulator exited at start-up: "
@@ -241,14 +241,6 @@ def stop_emulator(state: dict) -> list[int]:
             wire_bridge(h)
     state.pop("emulator", None)
     return stopped
-
-
-def _logged(path: Path, line: str) -> bool:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return False
-    return any(row.startswith(line) for row in text.splitlines())
 
 
 def apply(state: dict, spec: dict, mode: str, say) -> str | None:

@@ -135,3 +135,12 @@ def find_helpers(entry: str, alive: Path) -> list[int]:
     """PIDs of every ``python -c entry`` of the lab whose state file is ``alive``."""
     return [int(e.name) for e in Path("/proc").iterdir()
             if e.name.isdigit() and helper_is_ours(int(e.name), entry, alive)]
+
+
+def logged(path: Path, line: str) -> bool:
+    """True if the log at ``path`` has a line starting with ``line`` (a helper's ready line)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return False
+    return any(row.startswith(line) for row in text.splitlines())

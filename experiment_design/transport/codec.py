@@ -429,15 +429,22 @@ def decompress_into(entry: TensorEntry, src: memoryview, dst: bytearray, nthread
     """
     if entry.reduced:
         lossy = entry.lossy
-        if entry.codec == lossy.method:  # the reduced bytes went raw
-            data: Any = src[: lossy.nbytes]
-        else:
-            check_chunks(entry, src, lossy.nbytes)
-            data = bytearray(lossy.nbytes)
-            _decompress(entry, src, data, lossy.nbytes, nthreads)
+        data = _reduced_bytes(entry, src, nthreads)
         restore_into(lossy, entry.name, DTYPES[entry.dtype][0], entry.shape, data, dst)
         return
     _decompress(entry, src, dst, entry.raw_nbytes, nthreads)
+
+
+def _reduced_bytes(entry: TensorEntry, src: Any, nthreads: int) -> Any:
+    """A reduced tensor's bytes as sent: ``src`` itself when they went raw, else
+    decompressed into memory of their own once every chunk's header is checked."""
+    lossy = entry.lossy
+    if entry.codec == lossy.method:  # the reduced bytes went raw
+        return src[: lossy.nbytes]
+    check_chunks(entry, src, lossy.nbytes)
+    data = bytearray(lossy.nbytes)
+    _decompress(entry, src, data, lossy.nbytes, nthreads)
+    return data
 
 
 def decode_new(entry: TensorEntry, src: Any, nthreads: int = 1) -> bytearray:
@@ -452,12 +459,7 @@ def decode_new(entry: TensorEntry, src: Any, nthreads: int = 1) -> bytearray:
     src = memoryview(src)
     if entry.reduced:
         lossy = entry.lossy
-        if entry.codec == lossy.method:  # the reduced bytes went raw
-            data: Any = src[: lossy.nbytes]
-        else:
-            check_chunks(entry, src, lossy.nbytes)
-            data = bytearray(lossy.nbytes)
-            _decompress(entry, src, data, lossy.nbytes, nthreads)
+        data = _reduced_bytes(entry, src, nthreads)
         check_reduced(lossy, entry.name, entry.shape, data)
         out = bytearray(entry.raw_nbytes)
         restore_into(lossy, entry.name, DTYPES[entry.dtype][0], entry.shape, data, out)
