@@ -23,7 +23,8 @@ from pathlib import Path
 
 from app_api.results import new_run_id, results_root
 from app_api.results.store import write_group
-from app_api.runner import network
+from app_api.runner import shaping
+from app_api.runner.labfacts import lab_facts
 from app_api.runner.observer import RunResult, run_experiment
 from app_api.runner.plan import SWEEP, RunPlan
 from app_api.units import parse_rate
@@ -74,7 +75,7 @@ def run_bandwidths(plan: RunPlan, out_dir: str | os.PathLike | None = None,
     if plan.kind != SWEEP:
         raise ValueError(f"run_bandwidths() runs a sweep plan, not a {plan.kind} one")
     manifest = plan.manifest
-    network.check_lab_participants(manifest)
+    shaping.check_lab_participants(manifest)
     group_id = new_run_id()
     group_dir = Path(out_dir) if out_dir else results_root() / manifest.name / group_id
     group_dir.mkdir(parents=True, exist_ok=True)
@@ -94,15 +95,15 @@ def run_bandwidths(plan: RunPlan, out_dir: str | os.PathLike | None = None,
     t0 = time.perf_counter()
     status = "failed"
     try:
-        with network.keep_shaping(say=say) as before:
+        with shaping.keep_shaping(say=say) as before:
             doc["lab_shaping_before"] = before
             for run in plan.runs:
                 bw = run.bandwidth
                 run_dir = group_dir / run.subdir
                 say(f"bandwidth {bw}: shaping the lab link and running {manifest.name}")
-                report = network.apply(bw, run.delay_ms, run.link, say=say)
+                report = shaping.apply(bw, run.delay_ms, run.link, say=say)
                 res = run_experiment(run.manifest, out_dir=run_dir, progress=progress,
-                                     facts=network.lab_facts(run.manifest, link=report))
+                                     facts=lab_facts(run.manifest, link=report))
                 doc["rows"].append(group_row(bw, res.summary, run_dir, group_dir))
                 errors += [f"{bw}: {e}" for e in res.errors]
                 write_group(group_dir, doc)
@@ -122,6 +123,6 @@ def run_bandwidths(plan: RunPlan, out_dir: str | os.PathLike | None = None,
 
 def _safe_shaping() -> dict | None:
     try:
-        return network.current_shaping()
+        return shaping.current_shaping()
     except Exception:  # the lab may be gone; the group summary must still be written
         return None

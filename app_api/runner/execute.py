@@ -1,5 +1,9 @@
 """Carrying out a :class:`~app_api.runner.plan.RunPlan`: the one place that runs each kind.
 
+A plain run goes over the link as it is (:func:`run_plain`); a shaped run over a
+lab link shaped to its rate, the old shaping put back after (:func:`run_shaped`);
+a bandwidth sweep is one shaped run per rate (:mod:`app_api.runner.bandwidths`).
+
 Where the results go is settled here, before any device is touched: ``--out``
 must be a new (or empty) directory, never a previous run's; a resumed run gets a
 fresh directory seeded with the rows of the run it continues.
@@ -12,10 +16,11 @@ import time
 from collections.abc import Callable
 
 from app_api.results import claim_run_dir, prepare_resume
-from app_api.runner import labcheck, network
+from app_api.runner import labcheck, shaping
 from app_api.runner.bandwidths import run_bandwidths
-from app_api.runner.observer import RunResult
-from app_api.runner.plan import PLAIN, SHAPED, SWEEP, RunPlan
+from app_api.runner.labfacts import lab_facts
+from app_api.runner.observer import RunResult, run_experiment
+from app_api.runner.plan import PLAIN, SHAPED, SWEEP, PlannedRun, RunPlan
 from experiment_design.errors import TracrError
 
 
@@ -34,10 +39,9 @@ def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: b
     t0 = time.time()
     try:
         if plan.kind == PLAIN:
-            result = network.run_plain(plan.runs[0], out_dir=out_dir, progress=progress)
+            result = run_plain(plan.runs[0], out_dir=out_dir, progress=progress)
         elif plan.kind == SHAPED:
-            result = network.run_shaped(plan.runs[0], out_dir=out_dir, progress=progress,
-                                        say=say)
+            result = run_shaped(plan.runs[0], out_dir=out_dir, progress=progress, say=say)
         else:
             result = run_bandwidths(plan, out_dir=out_dir, progress=progress, say=say)
     except TracrError as exc:  # a deploy or set-up that failed: was the lab's link the cause?
@@ -51,3 +55,19 @@ def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: b
         for reason in labcheck.lab_health_errors(plan.manifest):
             result.errors.append(reason)
     return result
+
+
+def run_plain(run: PlannedRun, out_dir: str | os.PathLike | None = None,
+              progress: bool = True) -> RunResult:
+    """One run over the link as it is (the lab's report is recorded when on the lab)."""
+    return run_experiment(run.manifest, out_dir=out_dir, progress=progress,
+                          facts=lab_facts(run.manifest))
+
+
+def run_shaped(run: PlannedRun, out_dir: str | os.PathLike | None = None,
+               progress: bool = True, say: Callable[[str], None] = lambda m: None) -> RunResult:
+    """One run over a lab link shaped to ``run.bandwidth``; the old shaping is put back."""
+    shaping.check_lab_participants(run.manifest)
+    with shaping.shaped(run.bandwidth, run.delay_ms, run.link, say=say) as report:
+        return run_experiment(run.manifest, out_dir=out_dir, progress=progress,
+                              facts=lab_facts(run.manifest, link=report))

@@ -1,7 +1,7 @@
 """Facts about where a run's participants run, gathered before the run and handed to it.
 
 The observer does not look anything up about the hosts it deploys to: whoever
-plans the run (:mod:`app_api.runner.network` for the emulated lab) gathers
+plans the run (:mod:`app_api.runner.labfacts` for the emulated lab) gathers
 these and passes them in, so the observer knows nothing of the lab.
 """
 
@@ -32,7 +32,7 @@ class LabFacts:
     )
     lab_check: Mapping[str, Any] | None = None
     #: ``(t0, t1) -> rows``: the lab links' configured state over that wall-clock span
-    #: (:func:`app_api.runner.network.lab_timeline`), None off the lab
+    #: (:func:`app_api.runner.labfacts.lab_timeline`), None off the lab
     timeline: Callable[[float, float], list[dict]] | None = None
 
     def cpu_quota(self, device: str) -> dict | None:

@@ -154,6 +154,6 @@ def run_experiment(manifest: Any, out_dir: str | os.PathLike | None = None,
 
     ``facts``: what the lab knows about the hosts (its link report, recorded in
     ``summary.json`` under ``network.lab``, and CPU quotas), gathered by the caller
-    (:func:`app_api.runner.network.lab_facts`); None for none.
+    (:func:`app_api.runner.labfacts.lab_facts`); None for none.
     """
     return Observer(manifest, out_dir=out_dir, progress=progress, facts=facts).run()

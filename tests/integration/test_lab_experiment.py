@@ -22,7 +22,7 @@ def test_alexnet_sweep_on_the_lab(cfg):
     from app_api import lab
     from app_api.devices.registry import DeviceRegistry
     from app_api.manifest import load_manifest
-    from app_api.runner.network import lab_facts
+    from app_api.runner.labfacts import lab_facts
     from app_api.runner.observer import Observer
 
     if subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip():

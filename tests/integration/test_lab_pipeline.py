@@ -39,7 +39,7 @@ def lab3(request, cfg):
 
 def _run(model: str, overrides: list[str], out):
     from app_api.manifest import load_manifest
-    from app_api.runner.network import lab_facts
+    from app_api.runner.labfacts import lab_facts
     from app_api.runner.observer import Observer
 
     manifest = load_manifest("alexnet-pipeline", [f"model.name={model}", *ON_LAB, *overrides])

@@ -174,7 +174,7 @@ def test_cli_down_says_a_forged_state_was_refused(cfg, lab_down_after, capsys):
 
 _HOLD = """
 import sys, time
-from app_api.runner.network import shaped
+from app_api.runner.shaping import shaped
 with shaped("2MB/s"):
     print("held", flush=True)
     time.sleep(float(sys.argv[1]))

@@ -173,7 +173,7 @@ def test_host_names():
 
 def test_link_report_and_edge_profile_carry_the_period(cfg):
     from app_api.lab import link_report
-    from app_api.runner.network import lab_quota as _lab_quota
+    from app_api.runner.labfacts import lab_quota as _lab_quota
     from app_api.runner.warmup import with_quota as _with_quota
 
     st = state.new_state()

@@ -35,22 +35,22 @@ def test_requested_bandwidths_list_single_and_override():
 
 
 def test_shaping_refused_without_a_lab(monkeypatch):
-    from app_api.runner import network
+    from app_api.runner import shaping
 
     # the lab's state lives in /run, shared by the whole machine: whether a lab is up
     # elsewhere must not decide this test
-    monkeypatch.setattr(network, "lab_hosts", lambda: [])
+    monkeypatch.setattr(shaping, "lab_hosts", lambda: [])
     with pytest.raises(TracrError, match="no tracr lab is up"):
-        network.check_lab_participants(_manifest())
+        shaping.check_lab_participants(_manifest())
 
 
 def test_shaping_refused_for_participants_off_the_lab(monkeypatch):
-    from app_api.runner import network
+    from app_api.runner import shaping
 
-    monkeypatch.setattr(network, "lab_hosts", lambda: ["lab-1", "lab-2"])
+    monkeypatch.setattr(shaping, "lab_hosts", lambda: ["lab-1", "lab-2"])
     with pytest.raises(TracrError, match=r"not every participant is on a lab device "
                        r"\(cloud-1 on localhost, edge-1 on localhost\)"):
-        network.check_lab_participants(_manifest())
+        shaping.check_lab_participants(_manifest())
 
 
 def test_cli_refuses_bandwidth_off_lab_with_exit_2(tmp_path):

@@ -116,11 +116,11 @@ def test_a_quota_d_host_is_planned_at_its_sustained_speed():
 def test_a_quota_d_host_is_planned_at_the_share_the_lab_measured_under_its_quota():
     # 0.6 core at a 1.667 ms period (under the 4 ms tick) gave a busy loop 0.47 of a core:
     # planned at 0.6, pipeline-dp predicted 1.20x the throughput measured.
-    from app_api.runner.network import _cpu_quota
+    from app_api.runner.labfacts import quota_from_report
     from experiment_design.partitioners.pipeline_partitioners import sustained_factor
 
     report = {"cpu": {"lab-1": {"quota": 0.6, "measured": 0.47, "period_us": 1667}}}
-    quota = _cpu_quota(report, "lab-1")
+    quota = quota_from_report(report, "lab-1")
     assert quota["fraction"] == 0.6 and quota["measured"] == 0.47
     prof = {"full_ms": 10, "full_cpu_ms": 10, "cpu_quota": quota}
     assert sustained_factor(prof) == pytest.approx(1 / 0.47)
@@ -129,10 +129,10 @@ def test_a_quota_d_host_is_planned_at_the_share_the_lab_measured_under_its_quota
 def test_a_busy_stage_is_planned_at_the_share_it_got_with_every_host_busy():
     # three paced 0.6 hosts on two CPUs: 0.60 each alone, 0.52-0.57 all busy at once, and
     # the busy stage of a pipeline ran at 0.54-0.57 of a core (stage wall / CPU)
-    from app_api.runner.network import _cpu_quota
+    from app_api.runner.labfacts import quota_from_report
     from experiment_design.partitioners.pipeline_partitioners import sustained_factor
 
     report = {"cpu": {"lab-1": {"quota": 0.6, "measured": 0.6, "measured_together": 0.54,
                                 "period_us": 1000, "mode": "duty"}}}
-    prof = {"full_ms": 10, "full_cpu_ms": 10, "cpu_quota": _cpu_quota(report, "lab-1")}
+    prof = {"full_ms": 10, "full_cpu_ms": 10, "cpu_quota": quota_from_report(report, "lab-1")}
     assert sustained_factor(prof) == pytest.approx(1 / 0.54)
