@@ -1,0 +1,97 @@
+"""The records ``poll()`` carries, one row of a results file each: their columns,
+defined once, in file order."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class InferenceRecord(TypedDict, total=False):
+    """One inference, one row of ``inferences.csv``; the columns, in file order.
+
+    A failed inference keeps only what was known before it failed (no zeros):
+    its ``error`` says why, and the timing columns are absent.
+    """
+
+    inference: int
+    item: str
+    label: Any
+    split: int
+    layer: str
+    edge_ms: float
+    encode_ms: float
+    transfer_ms: float
+    decode_ms: float
+    cloud_ms: float
+    e2e_ms: float
+    edge_cpu_ms: float
+    cloud_cpu_ms: float | None
+    bytes_raw: int
+    bytes_encoded: int
+    n_crossing: int
+    top1: int | str
+    output_sum: float
+    # the transport the head sent with, and the output against the unsplit model's on the
+    # same input (computed once at the head's set-up): see EdgeRole.rows_of
+    transport: str
+    top1_agree: int
+    cosine: float
+    max_abs_diff: float
+    correct: int | str  # top1 == label; only with real weights and class-index labels
+    weights: str
+    instance: str  # set by the observer
+    partner: str
+    host: str  # set by the observer
+    # wall-clock start (Unix seconds, the head's clock): matches an inference to the link's
+    # timeline (the lab's hosts share the observer's clock)
+    t_unix: float
+    error: str
+
+
+class LayerRecord(TypedDict, total=False):
+    """One layer of one inference on one side, one row of ``layers.csv``."""
+
+    inference: int
+    instance: str  # the participant that ran the layer (else set by the observer)
+    side: str
+    index: int
+    name: str
+    type: str
+    ms: float
+
+
+class MetricSample(TypedDict, total=False):
+    """One sample of a participant's metrics sampler (``runtime/sampler.py``), one row of
+    ``metrics.csv``; the columns, in file order. Energy readings follow, one column per
+    supported collector: ``<name>_j`` (a counter: joules since the sampler started) or
+    ``<name>_w`` (power: watts). A figure the participant could not read is absent."""
+
+    instance: str  # set by the observer
+    t_unix: float
+    rss_kb: int
+    hwm_kb: int  # the peak since the previous sample where the mark is reset, else so far
+    cpu_s: float  # the process's user + system CPU seconds
+    machine_busy: float  # the machine's busy CPU share since the previous sample
+    freq_mhz: float  # the mean frequency of the process's CPUs (once a second)
+    nr_throttled: int  # the cgroup's throttled periods so far
+    throttled_us: float  # and its throttled time
+    cuda_peak_bytes: int  # CUDA's peak allocation since the previous sample
+
+
+class SamplerFacts(TypedDict, total=False):
+    """What a sampler states beside its samples (``PollReply.metrics_info``)."""
+
+    interval_ms: float
+    frequency_every_s: float
+    sources: dict  # figure -> where it was read ("/proc", "os.times", "sysfs", ...)
+    peak_method: str  # "VmHWM reset per sample" or "sampled VmRSS"
+    cpus: int
+    sampler_nice: int | None
+    energy: dict  # collector -> its info and probe: supported, or unsupported and why
+    reference: dict  # the reference workload and its timings ({"work", "runs"})
+    dropped: int  # samples lost (a failed read, or more than a poll's worth waiting)
+
+
+INFER_COLUMNS: list[str] = list(InferenceRecord.__annotations__)
+LAYER_COLUMNS: list[str] = list(LayerRecord.__annotations__)
+METRIC_COLUMNS: list[str] = list(MetricSample.__annotations__)

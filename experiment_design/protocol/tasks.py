@@ -1,0 +1,68 @@
+"""start_task() and poll(): a task started by name, and what it reports while it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from experiment_design.protocol.records import (
+    InferenceRecord,
+    LayerRecord,
+    MetricSample,
+    SamplerFacts,
+)
+from experiment_design.protocol.wire import Message
+
+
+@dataclass
+class TaskStart(Message):
+    """start_task(): a registered task by name, with its parameters."""
+
+    task: str
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.params = self.params or {}
+
+
+@dataclass
+class TaskStarted(Message):
+    """start_task()'s reply."""
+
+    started: str
+
+
+@dataclass
+class PollRequest(Message):
+    """poll(): block up to ``wait_s`` seconds unless the task's state changes."""
+
+    wait_s: float = 0.0
+
+
+@dataclass
+class PollReply(Message):
+    """poll()'s reply: the task's state, and the records and logs since the last poll."""
+
+    state: str = "idle"
+    task: str | None = None
+    done: int = 0
+    total: int | None = None
+    split: int | None = None
+    records: list[InferenceRecord] = field(default_factory=list)
+    layers: list[LayerRecord] = field(default_factory=list)
+    #: per-stage rows of chain inferences, and measured configurations (pipelines)
+    stages: list[dict] = field(default_factory=list)
+    configs: list[dict] = field(default_factory=list)
+    error: str | None = None
+    logs: list[dict] = field(default_factory=list)
+    #: the partitioner's decision once the task ended (an adaptive one's final word)
+    decision: dict | None = None
+    #: the metrics sampler's samples since the last poll (``runtime/sampler.py``: memory,
+    #: CPU, throttling, frequency, energy readings), and its sources, energy collectors and
+    #: reference timings whenever they changed
+    metrics: list[MetricSample] = field(default_factory=list)
+    metrics_info: SamplerFacts | None = None
+
+    @property
+    def finished(self) -> bool:
+        """The task ended, well or not."""
+        return self.state in ("done", "failed")
