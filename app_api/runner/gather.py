@@ -10,8 +10,9 @@ from app_api.results import ResultsWriteError, build_summary
 from app_api.results.energy import score_energy
 from app_api.results.fidelity import codec_summary
 from app_api.results.metrics import metrics_summary, write_metrics
+from app_api.results.noise import measurement_noise, pair_noise, pair_samples
+from app_api.results.scoring import evaluate_run
 from app_api.results.summary import rows_of_transport
-from app_api.runner.evaluate import evaluate_run, measurement_noise, pair_noise, pair_samples
 from app_api.runner.pipeline import pipeline_summary
 from app_api.runner.state import RunState
 from app_api.units import parse_rate

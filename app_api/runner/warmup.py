@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from app_api.results.scored import fidelity_request, split_choices
 from app_api.results.store import ResultsWriteError
-from app_api.runner.evaluate import fidelity_request, split_choices
 from app_api.runner.state import RunState
 from experiment_design.protocol import LinkProbe, Measurements, ProfileParams, partition_context
 from experiment_design.roles.profiling import cold_gap_for

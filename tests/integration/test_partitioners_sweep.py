@@ -82,7 +82,7 @@ def cloud():
 
 
 def test_partitioners_scored_against_a_real_alexnet_sweep(cloud, tmp_path):
-    from app_api.runner.evaluate import evaluate_run
+    from app_api.results.scoring import evaluate_run
     from experiment_design.partitioners import PartitionContext
     from experiment_design.split import build_split_model
     from experiment_design.transport import CodecConfig, connect
@@ -208,7 +208,7 @@ def test_runner_scores_partitioners_after_a_cyclic_sweep(tmp_path):
         "run.warmup=1",
     ])
     if "partitioners" not in result.summary:
-        pytest.skip("the runner does not call app_api.runner.evaluate.evaluate_run yet")
+        pytest.skip("the runner does not call app_api.results.scoring.evaluate_run yet")
     view = result.summary["partitioners"]
     assert set(view) == {"neurosurgeon", "predicted-argmin", "measured"}
     best = min(result.summary["splits"], key=lambda r: r["e2e_ms_median"])["split"]

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 split = pytest.importorskip("experiment_design.split")
 
-from app_api.runner.evaluate import bandwidth_what_if, evaluate_partitioners  # noqa: E402
+from app_api.results.scoring import bandwidth_what_if, evaluate_partitioners  # noqa: E402
 from experiment_design.partitioners import PartitionContext, create_partitioner  # noqa: E402
 from experiment_design.partitioners import regression as R  # noqa: E402
 

@@ -201,7 +201,7 @@ def _measured(k, label, e2e, agree, cosine=1.0):
 
 
 def test_scored_against_the_measured_pairs_under_the_same_floor():
-    from app_api.runner.evaluate import evaluate_partitioners, summary_view
+    from app_api.results.scoring import evaluate_partitioners, summary_view
 
     pairs = [_measured(1, "zstd-1", 900.0, 1.0), _measured(1, "int8+zstd-1", 300.0, 1.0),
              _measured(1, "int4+zstd-1", 150.0, 0.5),  # fastest, below the floor
@@ -227,7 +227,8 @@ def test_a_pair_the_samples_cannot_separate_from_the_best_is_a_tie():
     """The chosen pair (1, int8) at 300 ms against the best (2, int8) at 280 ms: a tie when
     their samples overlap, not when they are tight; the pair below the floor (int4, the
     fastest) is never the best it is compared with."""
-    from app_api.runner.evaluate import evaluate_partitioners, pair_samples
+    from app_api.results.noise import pair_samples
+    from app_api.results.scoring import evaluate_partitioners
 
     pairs = [_measured(1, "zstd-1", 900.0, 1.0), _measured(1, "int8+zstd-1", 300.0, 1.0),
              _measured(1, "int4+zstd-1", 150.0, 0.5),
@@ -256,7 +257,7 @@ def test_a_pair_the_samples_cannot_separate_from_the_best_is_a_tie():
 
 
 def test_a_pair_below_the_floor_as_measured_is_reported():
-    from app_api.runner.evaluate import evaluate_partitioners
+    from app_api.results.scoring import evaluate_partitioners
 
     pairs = [_measured(1, "zstd-1", 900.0, 1.0), _measured(1, "int8+zstd-1", 300.0, 0.5),
              _measured(2, "zstd-1", 1800.0, 1.0), _measured(2, "int8+zstd-1", 280.0, 0.5)]
@@ -269,7 +270,7 @@ def test_a_pair_below_the_floor_as_measured_is_reported():
 
 
 def test_fidelity_request_takes_the_sweeps_transports():
-    from app_api.runner.evaluate import fidelity_request
+    from app_api.results.scored import fidelity_request
 
     assert fidelity_request(["predicted-argmin"], {"transports": TRANSPORTS}) is None
     req = fidelity_request(["predicted-argmin", {"name": "split-codec",

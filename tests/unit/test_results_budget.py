@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app_api.results.budget import TOLERANCE, from_stages, latency_budget, warmup_count
-from app_api.runner.evaluate import within_share
+from app_api.results.scoring import within_share
 
 
 def two_party(iid: int, gap: float = 0.0, mode: str = "latency") -> tuple[dict, list[dict]]:

@@ -8,12 +8,12 @@ import statistics
 import pytest
 
 from app_api.results.dispersion import best_set
-from app_api.runner.evaluate import (
+from app_api.results.scored import split_choices
+from app_api.results.scoring import (
     bandwidth_what_if,
     evaluate_partitioners,
     evaluate_run,
     spearman,
-    split_choices,
     summary_view,
     write_partitioners_json,
 )
@@ -170,7 +170,7 @@ def test_evaluate_run_is_the_observers_one_call(tmp_path):
 
 
 def test_split_half_regret_measures_how_much_the_oracle_moves_with_noise():
-    from app_api.runner.evaluate import split_half_regret
+    from app_api.results.noise import split_half_regret
 
     # clear winner: both halves pick split 2, whose median is best in the other half too
     clear = {0: [10.0, 11.0, 10.0, 11.0], 1: [8.0, 8.5, 8.0, 8.5], 2: [5.0, 5.2, 5.1, 5.0]}
@@ -190,7 +190,7 @@ def test_split_half_regret_measures_how_much_the_oracle_moves_with_noise():
 
 
 def test_measurement_noise_reads_inference_rows_and_skips_failures():
-    from app_api.runner.evaluate import measurement_noise
+    from app_api.results.noise import measurement_noise
 
     rows = [{"split": k, "e2e_ms": v, "error": ""} for k, v in
             [(0, 5.0), (1, 6.0), (0, 6.0), (1, 5.0)]]
@@ -203,7 +203,7 @@ def test_measurement_noise_says_how_far_the_contenders_alone_move():
     """A walk of 3 repeats over 40 splits, then 12 more over two contenders: a walk split's
     lucky lone sample wins half B, so the headline counts that winner's curse; the
     contenders' own figure compares the splits that stayed in the running."""
-    from app_api.runner.evaluate import measurement_noise
+    from app_api.results.noise import measurement_noise
 
     rows = []
     for k in range(40):
@@ -259,7 +259,7 @@ def test_a_choice_separated_from_the_best_is_no_tie():
 
 
 def test_pair_noise_is_the_split_half_regret_over_the_pairs_above_the_floor():
-    from app_api.runner.evaluate import pair_noise
+    from app_api.results.noise import pair_noise
 
     rows = []
     for i in range(8):  # (0, jpeg) and (3, int4) alternate as the faster; raw is slow

@@ -15,6 +15,10 @@ A partitioner that chooses the transport too (``split-codec``, whose ``needs`` h
 ``fidelity``) is scored, on a (split, transport) sweep, against the measured pairs:
 ``regret = its pair's measured median / the best measured median among the pairs whose
 measured fidelity meets the same floor``, and whether its pair meets the floor as measured.
+
+The scored partitioners are built from the manifest's entries by
+:mod:`app_api.results.scored`; how far the measured best itself moves with noise is
+:mod:`app_api.results.noise`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from app_api.fsutil import atomic_write
+from app_api.results import dispersion
+from app_api.results.scored import create_scored, entry_spec, needs_fidelity
+from experiment_design.errors import TracrError
+from experiment_design.partitioners import PartitionContext
+from experiment_design.partitioners.predicted import summarize_inputs
+from experiment_design.partitioners.split_codec import meets
 
 log = logging.getLogger(__name__)
 
@@ -82,97 +92,8 @@ def within_share(predicted: Sequence[float], measured: Sequence[float],
     return sum(1 for p, m in pairs if abs(p - m) <= tolerance * m) / len(pairs)
 
 
-def _spec(entry: str | Mapping) -> tuple[str, str, dict]:
-    """(label, registry name, params) from ``"name"`` or ``{name, params, label}``."""
-    if isinstance(entry, str):
-        return entry, entry, {}
-    name = entry["name"]
-    params = dict(entry.get("params") or {})
-    label = entry.get("label") or name
-    return str(label), str(name), params
-
-
 def _num(x: Any) -> float | None:
     return None if x is None else float(x)
-
-
-def _needs_fidelity(name: str) -> bool:
-    from experiment_design.partitioners import get_partitioner
-
-    return "fidelity" in get_partitioner(name).needs
-
-
-def split_choices(names: Iterable[str | Mapping], ctx: Mapping,
-                  sweep: Mapping | None = None) -> list[int]:
-    """The splits the split-only partitioners among ``names`` choose from the start-up
-    measurements ``ctx`` (``PartitionContext`` fields), before the sweep: a racing sweep
-    races them beside its own contenders (``PartitionContext.scored_choices``), so each is
-    scored on a measured median, not on the walk's few samples. A partitioner that cannot
-    decide yet (one that needs the sweep's medians, or the fidelity probe) is left out."""
-    from experiment_design.errors import TracrError
-    from experiment_design.partitioners import PartitionContext
-
-    base = PartitionContext.from_dict(dict(ctx))
-    out = set()
-    for entry in names:
-        _, name, params = _spec(entry)
-        if _needs_fidelity(name):
-            continue
-        try:
-            part = _create(name, params, sweep)
-            if "measured" in part.needs:
-                continue
-            part.setup(dataclasses.replace(base))
-            chosen = part.decision().get("chosen")
-        except TracrError as e:
-            log.info("partitioner %s cannot choose before the sweep: %s", name, e)
-            continue
-        if chosen is not None:
-            out.add(int(chosen))
-    return sorted(out)
-
-
-def pair_params(params: Mapping, sweep: Mapping | None) -> dict:
-    """A scored split-codec's params, with the sweep's ``transports`` and ``splits`` where
-    it names none: it then chooses among the pairs the sweep measured."""
-    out = dict(params)
-    for key in ("transports", "splits"):
-        if key not in out and (sweep or {}).get(key) is not None:
-            out[key] = (sweep or {})[key]
-    return out
-
-
-def _create(name: str, params: Mapping, sweep: Mapping | None) -> Any:
-    from experiment_design.partitioners import create_partitioner
-
-    if _needs_fidelity(name):
-        params = pair_params(params, sweep)
-    return create_partitioner(name, **params)
-
-
-def fidelity_request(names: Iterable[str | Mapping], sweep: Mapping | None) -> dict | None:
-    """The head's start-up fidelity probe that the scored partitioners need (the union of
-    each one's ``probe_request()``), or None when none needs one."""
-    out: dict | None = None
-    for entry in names:
-        _, name, params = _spec(entry)
-        if not _needs_fidelity(name):
-            continue
-        req = _create(name, params, sweep).probe_request()
-        if out is None:
-            out = req
-            continue
-        seen = {json.dumps(t, sort_keys=True) for t in out["transports"]}
-        out["transports"] += [t for t in req["transports"]
-                              if json.dumps(t, sort_keys=True) not in seen]
-        if "all" in (out["splits"], req["splits"]):
-            out["splits"] = "all"
-        else:
-            out["splits"] = sorted(set(out["splits"]) | set(req["splits"]))
-        out["items"] = max(out["items"], req["items"])
-        out["max_splits"] = None if not (out["max_splits"] and req["max_splits"]) else max(
-            out["max_splits"], req["max_splits"])
-    return out
 
 
 #: the measured pair column each floor metric of split-codec reads
@@ -185,18 +106,17 @@ def score_pairs(name: str, params: Mapping, ctx: Any, pairs: Sequence[Mapping],
     """Score a partitioner that picks a (split, transport) pair against the measured pairs
     (``summary["codecs"]["pairs"]``): set up on ``ctx`` (its fidelity probe included) among
     the measured splits, its pair's measured median over the best measured median of the
-    pairs whose measured fidelity meets its floor. With ``samples`` (:func:`pair_samples`)
-    the result gains ``in_best_set`` and ``tie``: its pair is among those that meet the
-    floor and that the measurements cannot separate from the best of them (the summary's
-    best-set rule, over pairs). Raises TracrError when it cannot decide."""
-    from experiment_design.partitioners.split_codec import meets
-
+    pairs whose measured fidelity meets its floor. With ``samples``
+    (:func:`app_api.results.noise.pair_samples`) the result gains ``in_best_set`` and
+    ``tie``: its pair is among those that meet the floor and that the measurements cannot
+    separate from the best of them (the summary's best-set rule, over pairs). Raises
+    TracrError when it cannot decide."""
     measured = {(int(p["split"]), str(p["transport"])): p for p in pairs
                 if p.get("e2e_ms_median") is not None}
     splits = {k for k, _ in measured}
     run_ctx = dataclasses.replace(
         ctx, valid_splits=[k for k in ctx.valid_splits if k in splits] or list(ctx.valid_splits))
-    part = _create(name, params, sweep)
+    part = create_scored(name, params, sweep)
     part.setup(run_ctx)
     dec = json.loads(json.dumps(part.decision(), default=str))
     floor = dec["floor"]
@@ -243,25 +163,13 @@ def score_pairs(name: str, params: Mapping, ctx: Any, pairs: Sequence[Mapping],
     }
 
 
-def pair_samples(rows: Iterable[Mapping]) -> dict[tuple[int, str], list[float]]:
-    """``{(split, transport label): [e2e ms, ...]}`` of a run's successful inference rows."""
-    out: dict[tuple[int, str], list[float]] = {}
-    for r in rows:
-        if not r.get("error") and r.get("e2e_ms") is not None:
-            out.setdefault((int(r["split"]), str(r.get("transport") or "")), []).append(
-                float(r["e2e_ms"]))
-    return out
-
-
 def pair_best_set(candidates: Iterable[Mapping],
                   samples: Mapping[tuple[int, str], Sequence[float]]) -> set[tuple[int, str]]:
     """The (split, transport) pairs among ``candidates`` (pair rows) that the samples cannot
     separate from the fastest of them: :func:`app_api.results.dispersion.best_set` over the
     pairs, numbered in (split, transport) order so the seeds do not depend on the caller."""
-    from app_api.results.dispersion import best_set
-
     keys = sorted({(int(p["split"]), str(p["transport"])) for p in candidates})
-    found = best_set({i: samples.get(k, []) for i, k in enumerate(keys)})
+    found = dispersion.best_set({i: samples.get(k, []) for i, k in enumerate(keys)})
     return {keys[i] for i in (found or {}).get("splits", [])}
 
 
@@ -295,8 +203,6 @@ def evaluate_partitioners(
     are, ``summary["split_transport"]``) is named as ``scored_on`` in each split-only
     result.
     """
-    from experiment_design.errors import TracrError
-
     measured = {
         int(k): float(v)
         for k, v in measured_medians.items()
@@ -312,8 +218,8 @@ def evaluate_partitioners(
 
     out: dict[str, dict] = {}
     for entry in names:
-        label, name, params = _spec(entry)
-        if pairs and _needs_fidelity(name):
+        label, name, params = entry_spec(entry)
+        if pairs and needs_fidelity(name):
             try:
                 out[label] = score_pairs(name, params, ctx, pairs, sweep, pair_samples)
             except TracrError as e:
@@ -321,7 +227,7 @@ def evaluate_partitioners(
                 out[label] = {"name": name, "error": str(e), "hint": e.hint}
             continue
         try:
-            part = _create(name, params, sweep)
+            part = create_scored(name, params, sweep)
             part.setup(run_ctx)
             dec = json.loads(json.dumps(part.decision(), default=str))
         except TracrError as e:
@@ -369,74 +275,6 @@ def evaluate_partitioners(
     return out
 
 
-def split_half_regret(e2e_by_split: Mapping[int, Sequence[float]]) -> dict | None:
-    """How far the measured oracle itself moves with measurement noise.
-
-    The repeats of every split are dealt into two halves (alternately, in the order
-    they ran); the split with the lowest median in one half is scored on the other
-    half, as a regret (its median there / that half's best median), both ways round.
-    A partitioner's regret near this figure cannot be told from a perfect choice at
-    this number of repeats. The halves' medians rest on about half the repeats, so
-    the figure over-states the noise of the full medians somewhat. None with fewer
-    than two splits measured at least twice.
-    """
-    halves: list[dict[int, float]] = [{}, {}]
-    for k, values in e2e_by_split.items():
-        vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-        if len(vals) < 2:
-            continue
-        for h in (0, 1):
-            part = sorted(vals[h::2])
-            halves[h][int(k)] = (part[(len(part) - 1) // 2] + part[len(part) // 2]) / 2
-    if len(halves[0]) < 2:
-        return None
-
-    def score(a: dict[int, float], b: dict[int, float]) -> float:
-        k = min(a, key=lambda i: (a[i], i))
-        return b[k] / min(b.values())
-
-    ab, ba = score(halves[0], halves[1]), score(halves[1], halves[0])
-    reps = [len(v) for v in e2e_by_split.values()]
-    return {"regret": (ab + ba) / 2, "a_on_b": ab, "b_on_a": ba, "splits": len(halves[0]),
-            "repeats_min": min(reps), "repeats_max": max(reps)}
-
-
-def measurement_noise(rows: Iterable[Mapping]) -> dict | None:
-    """:func:`split_half_regret` of a run's inference rows (failed ones left out).
-
-    Where some splits were measured more than others (cyclic's ``refine`` or ``race``:
-    the contenders), ``contenders`` is the same figure over those splits alone. The
-    walk's splits have a sample or two per half, and a lucky one among a hundred such
-    halves wins a half without being in the running for the whole run: the headline
-    figure counts that winner's curse, ``contenders`` the noise of the final choice.
-    """
-    by_split: dict[int, list[float]] = {}
-    for r in rows:
-        if not r.get("error") and r.get("e2e_ms") is not None:
-            by_split.setdefault(int(r["split"]), []).append(float(r["e2e_ms"]))
-    out = split_half_regret(by_split)
-    if out and out["repeats_max"] > out["repeats_min"]:
-        more = {k: v for k, v in by_split.items() if len(v) > out["repeats_min"]}
-        out["contenders"] = split_half_regret(more)
-    return out
-
-
-def pair_noise(rows: Iterable[Mapping], pairs: Sequence[Mapping], floor: float) -> dict | None:
-    """:func:`split_half_regret` over the (split, transport) pairs whose measured top-1
-    agreement is at least ``floor``: how far the oracle a pair-choosing partitioner is
-    scored against moves with measurement noise (``pairs``: ``summary["codecs"]["pairs"]``).
-    None with fewer than two such pairs measured twice."""
-    keys = sorted((int(p["split"]), str(p["transport"])) for p in pairs
-                  if p.get("top1_agreement") is not None and p["top1_agreement"] >= floor)
-    samples = pair_samples(rows)
-    out = split_half_regret({i: samples.get(k, []) for i, k in enumerate(keys)})
-    if out is None:
-        return None
-    out["pairs"] = out.pop("splits")
-    out["floor"] = floor
-    return out
-
-
 def summary_view(evaluation: Mapping[str, Mapping]) -> dict:
     """The compact per-partitioner block for ``summary.json["partitioners"]``."""
     keys = ("chosen", "transport", "chosen_ms", "best", "best_transport", "best_ms", "regret",
@@ -455,8 +293,6 @@ def bandwidth_what_if(
     by each bandwidth in turn, keeping the probed rtt. Returns
     ``{bandwidth: {label: {chosen, predicted_chosen_ms}}}``.
     """
-    from experiment_design.errors import TracrError
-
     rtt = float((ctx.network or {}).get("rtt_ms") or 0.0)
     out: dict[float, dict] = {}
     for bw in bandwidths_Bps:
@@ -465,11 +301,11 @@ def bandwidth_what_if(
         )
         row = {}
         for entry in names:
-            label, name, params = _spec(entry)
+            label, name, params = entry_spec(entry)
             if name == "measured":
                 continue  # needs a real sweep at that bandwidth
             try:
-                part = _create(name, params, sweep)
+                part = create_scored(name, params, sweep)
                 part.setup(c)
             except TracrError as e:
                 row[label] = {"error": str(e)}
@@ -490,8 +326,6 @@ def write_partitioners_json(
     what_if: Mapping | None = None,
 ) -> Path:
     """Write ``partitioners.json`` (inputs + every decision) into the run directory."""
-    from experiment_design.partitioners.predicted import summarize_inputs
-
     doc = {
         "inputs": {
             **summarize_inputs(ctx),
@@ -543,12 +377,10 @@ def evaluate_run(
     ["pairs"]``) and ``sweep`` (the sweep's partitioner params) score pair-choosing
     partitioners against the measured pairs; ``best_set`` (``summary["best_set"]
     ["splits"]``) marks the choices the sweep cannot tell from the best as ties, and
-    ``pair_samples`` (:func:`pair_samples` of the rows) a pair's; ``split_transport``
-    names the transport of ``splits`` on a codec sweep. Returns
+    ``pair_samples`` (:func:`app_api.results.noise.pair_samples` of the rows) a pair's;
+    ``split_transport`` names the transport of ``splits`` on a codec sweep. Returns
     ``summary_view(...)`` for ``summary["partitioners"]``.
     """
-    from experiment_design.partitioners import PartitionContext
-
     names = list(names)
     if not isinstance(ctx, PartitionContext):
         ctx = PartitionContext.from_dict(dict(ctx))
