@@ -15,7 +15,8 @@ participant exits by itself.
 The launched :class:`SSHParticipant` owns the ssh session (its ControlMaster
 socket and the port forward through it), the remote process and the remote
 temp dir, and :meth:`SSHParticipant.stop` unwinds them in that order's reverse.
-The sibling of :mod:`app_api.launch.local` over :mod:`app_api.launch.base`.
+The sibling of :mod:`app_api.launch.local` over :mod:`app_api.launch.base`; what its
+failures mean is said by :mod:`app_api.launch.ssh_errors`.
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ from app_api.launch.bundle import (
     wheels_payload,
 )
 from app_api.launch.remote import control_dir, free_local_port, remote_leftovers
+from app_api.launch.ssh_errors import boot_error, cut_off, deploy_error
 from experiment_design.errors import TracrError
-from experiment_design.protocol import ALIVE_LINE, HEARTBEAT_S, PARTICIPANT_MODULE, Ready
+from experiment_design.protocol import ALIVE_LINE, PARTICIPANT_MODULE, Ready
 from experiment_design.registry import plugin_modules
+from experiment_design.runtime import connect_control
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +217,8 @@ class SSHParticipant(ParticipantHandle):
             return item
 
     def _fail(self, what: str) -> TracrError:
-        dev = self._device
+        """The error for the session's end (:func:`app_api.launch.ssh_errors.deploy_error`),
+        once ssh has exited (or, given up on, as it is) and its last words are read."""
         proc = self._proc
         try:
             rc = proc.wait(timeout=5) if not self._timed_out else proc.poll()
@@ -222,38 +226,8 @@ class SSHParticipant(ParticipantHandle):
             rc = None
         for t in self._threads:
             t.join(timeout=1)
-        err = self.stderr_tail(40)
-        block = ssh.failure_block(self._command, dev.host, rc, "", err)
-        if rc == 255:
-            status = ssh.classify_ssh_failure(err)
-            if status:
-                return ssh.ssh_error(dev, status, block)
-        if self.workdir is None and (rc == 127 or "not found" in err or "No such file" in err):
-            return TracrError(
-                f"{self.instance}: python '{dev.python}' not found on {dev.name}\n{block}",
-                hint=f"Re-pair with the right interpreter: tracr device pair --name {dev.name} --python PATH",
-            )
-        if self.workdir is None:
-            return TracrError(f"{self.instance}: deploying to {dev.name} failed\n{block}")
-        return TracrError(
-            f"participant {self.instance} ({self._spec.role}) on {dev.name} {what}\n{block}"
-        )
-
-    def _check_boot(self, codec: str | None) -> None:
-        dev = self._device
-        missing = self.env.get("missing") or []
-        if "torch" in missing:
-            raise TracrError(
-                f"{self.instance}: device {dev.name} has no torch for {dev.python} "
-                f"(python {self.env.get('version')}).",
-                hint=f"Install it on the device ({dev.python} -m pip install torch torchvision), "
-                f"or re-pair with an interpreter that has it: tracr device pair --name {dev.name} --python PATH",
-            )
-        if "blosc2" in missing:
-            raise TracrError(
-                f"{self.instance}: device {dev.name} lacks blosc2, needed by codec '{codec}'.",
-                hint=f"On the device: {dev.python} -m pip install blosc2   (or run with --set transport.codec=none)",
-            )
+        return deploy_error(self.instance, self._spec.role, self._device, self._command, rc,
+                            self.stderr_tail(40), self.workdir is not None, what)
 
     def _await_ready(self, codec: str | None) -> None:
         t0 = time.monotonic()
@@ -273,7 +247,8 @@ class SSHParticipant(ParticipantHandle):
                 self.env = json.loads(line[len(BOOT_PREFIX) :])
                 self.workdir = self.env["dir"]
                 self.timings["boot_s"] = time.perf_counter() - self._t0
-                self._check_boot(codec)
+                if (err := boot_error(self.instance, self._device, self.env, codec)) is not None:
+                    raise err
             elif (ready := Ready.parse(line)) is not None:
                 self.port, self.pid = ready.port, ready.pid
                 self.timings["ready_s"] = time.perf_counter() - self._t0
@@ -311,8 +286,6 @@ class SSHParticipant(ParticipantHandle):
 
         ``adopt`` gets this handle once its ssh session exists (see :meth:`Launcher.start`).
         """
-        from experiment_design.runtime import connect_control
-
         self._t0 = time.perf_counter()
         try:
             self._preflight(codec)
@@ -352,18 +325,8 @@ class SSHParticipant(ParticipantHandle):
         if self._proc is not None and self._proc.poll() is not None:
             for t in self._threads:  # ssh has exited: its last words are on their way
                 t.join(timeout=1.0)
-        lost = next((ln for ln in reversed(self._stderr) if any(
-            m in ln for m in SSH_LOST)), None)  # fmt: skip
-        if lost:
-            return f"was cut off (ssh: {lost.strip()})"
-        # ssh logs only errors, and its keep-alive timeout is not one: it exits 255 (as it
-        # does for a participant killed by a signal), but a participant that died had
-        # spoken a heartbeat ago, while a cut-off one went silent long before ssh gave up.
-        silent = self.silent_for()
-        if (self._proc is not None and self._proc.returncode == 255
-                and silent >= SSH_GIVE_UP_SILENCE_S):
-            return f"was cut off (ssh: connection lost, nothing heard for {silent:.0f} s)"
-        return super().ended()
+        rc = self._proc.returncode if self._proc is not None else None
+        return cut_off(self._stderr, rc, self.silent_for()) or super().ended()
 
     def stderr_tail(self, n: int = 20) -> str:
         """Last ``n`` lines the participant (or ssh) wrote to stderr."""
@@ -481,14 +444,6 @@ class SSHParticipant(ParticipantHandle):
         if not self.workdir and not self.pid:
             return []
         return remote_leftovers(self._device, self.workdir, self.pid)
-
-
-#: what ssh writes when it loses the connection (not the participant ending)
-# Heartbeats come every HEARTBEAT_S; ssh gives up after ServerAliveInterval x
-# ServerAliveCountMax (15 s) unanswered. Longer than a few missed beats means cut off.
-SSH_GIVE_UP_SILENCE_S = 5 * HEARTBEAT_S
-SSH_LOST = ("not responding", "Connection reset", "Broken pipe", "Connection closed by",
-            "Connection timed out", "No route to host", "Network is unreachable")
 
 
 class SSHLauncher(Launcher):
