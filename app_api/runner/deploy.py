@@ -8,6 +8,7 @@ import time
 
 from app_api.launch import ParticipantSpec, launcher_for
 from app_api.runner.compat import check_environments
+from app_api.runner.llm import llm_setup
 from app_api.runner.state import RunState, parallel
 from experiment_design.protocol import SetupConfig
 from experiment_design.roles import get_role
@@ -88,6 +89,7 @@ def participant_config(state: RunState, spec: ParticipantSpec, data_secret: str)
         data_bind=settings.get("data_bind") or default_bind(state, spec),
         settings=settings,
         pipeline=m.pipeline,
+        extra=llm_setup(m, spec.instance),
     )
 
 

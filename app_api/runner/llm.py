@@ -27,3 +27,39 @@ def take_generations(state: Any, configs: list[dict]) -> list[dict]:
         else:
             state.extra["llm"].setdefault("more", []).append(figures)
     return rest
+
+
+def stage_layers(manifest: Any) -> dict[str, list]:
+    """Which decoder layers each member of a token pipeline must hold, from the
+    playbook's ``generate`` tasks and ``pipeline.chain``: ``{instance: [a, b]}`` (layers
+    ``a + 1 .. b``; ``b`` None: to the last layer), the smallest range that covers every
+    route a ``generate`` task sends it. A member no generate task reaches holds every
+    layer (it may be given a route later)."""
+    chain = list((manifest.pipeline or {}).get("chain") or [])
+    ranges: dict[str, list] = {}
+    for instance, tasks in (manifest.playbook or {}).items():
+        for step in tasks or []:
+            if not isinstance(step, dict) or step.get("task") != MODE:
+                continue
+            cuts = [int(c) for c in ((step.get("params") or {}).get("cuts") or [])]
+            route = (chain or [instance])[:len(cuts) + 1]
+            bounds = [0, *cuts, None]
+            for hop, member in enumerate(route):
+                a, b = bounds[hop], bounds[hop + 1]
+                if member in ranges:
+                    lo, hi = ranges[member]
+                    a = min(a, lo)
+                    b = None if b is None or hi is None else max(b, hi)
+                ranges[member] = [a, b]
+    return ranges
+
+
+def llm_setup(manifest: Any, instance: str) -> dict:
+    """The ``extra`` of ``instance``'s set-up: for a language model, the layers it holds
+    (``llm_layers``, see :func:`stage_layers`); nothing for any other model."""
+    from experiment_design.models.llm import is_llm
+
+    if not is_llm((manifest.model or {}).get("name")):
+        return {}
+    held = stage_layers(manifest).get(instance)
+    return {"llm_layers": held} if held is not None else {}

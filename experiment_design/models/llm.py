@@ -114,26 +114,35 @@ def _gguf_path(spec: LLMSpec) -> tuple[str, str]:
     return directory, spec.gguf_file or ""
 
 
-def load_llm(name: str, *, seed: int = 0) -> Any:
-    """The ``transformers`` causal LM ``name`` in fp32, in eval mode, from local files."""
+def load_llm(name: str, *, seed: int = 0, layers: tuple[int, int | None] | None = None
+             ) -> Any:
+    """The ``transformers`` causal LM ``name`` in fp32, in eval mode, from local files.
+
+    ``layers=(a, b)``: only a stage's weights (decoder layers ``a + 1 .. b``, the
+    embedding if ``a == 0``, the norm and LM head if ``b`` is the last layer; see
+    :mod:`.llm_weights`), the rest on ``meta``; ``None``: every weight. Random weights
+    (a config-only model) are drawn per parameter from ``seed``, the same on any stage.
+    """
     _require("transformers")
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from experiment_design.models.llm_weights import build_stage
 
     spec = get_llm_spec(name)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local files only, whatever happens
     if spec.source == "gguf":
         _require("gguf")
+        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
         directory, file = _gguf_path(spec)
-        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=file,
-                                                     dtype=torch.float32,
-                                                     local_files_only=True)
-    else:
-        cfg = dict(spec.config)
+        path = os.path.join(directory, file)
+        meta = load_gguf_checkpoint(path, return_tensors=False)
+        cfg = dict(meta["config"])
         config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    return model.eval()
+        return build_stage(config, layers, gguf_path=path, gguf_meta=meta)
+    cfg = dict(spec.config)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    return build_stage(config, layers, seed=seed)
 
 
 @functools.lru_cache(maxsize=4)

@@ -18,7 +18,9 @@ Figures (the LLM community's terms), from :func:`summarize`:
   and in total (every generated token over the span of the whole generation).
 - ``prefill_tokens_per_s``: prompt tokens over the prefill's time (median).
 - per stage: median compute ms per decode token (and per layer), bytes sent per decode
-  token at its outgoing cut, the weights of its layers and its largest KV cache.
+  token at its outgoing cut, the weights it holds and its largest KV cache (as the stage
+  reported them), their sum (``memory_bytes_peak``) and its process's peak resident
+  memory (``rss_bytes_peak``, the runtime included).
 """
 
 from __future__ import annotations
@@ -184,13 +186,18 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _kv(c: Completed, hop: int) -> int | None:
-    """Stage ``hop``'s KV cache bytes after step ``c``, as the last stage reported them."""
+#: the last stage's reply: the token (or logits), then per stage its KV cache bytes, its
+#: held weight bytes and its process's peak resident memory
+_KV, _HELD, _RSS = 1, 2, 3
+
+
+def _fact(c: Completed, hop: int, which: int) -> int | None:
+    """Stage ``hop``'s figure ``which`` after step ``c``, as the last stage reported it."""
     vals = list((c.outputs or {}).values())
-    if len(vals) < 2:
+    if len(vals) <= which:
         return None
-    kv = vals[-1].reshape(-1).tolist()
-    return int(kv[hop]) if hop < len(kv) else None
+    row = vals[which].reshape(-1).tolist()
+    return int(row[hop]) if hop < len(row) else None
 
 
 def _per_layer(records: list[dict]) -> dict[str, float]:
@@ -218,7 +225,9 @@ def summarize(seqs: list[Sequence], route: Route, weight_bytes: list[int] | None
         dec = [c.stages()[hop] for s in seqs for c in s.steps[1:] if len(c.stages()) > hop]
         pre = [s.steps[0].stages()[hop] for s in seqs
                if s.steps and len(s.steps[0].stages()) > hop]
-        kv = [v for s in seqs for c in s.steps if (v := _kv(c, hop)) is not None]
+        kv = [v for s in seqs for c in s.steps if (v := _fact(c, hop, _KV)) is not None]
+        held = [v for s in seqs for c in s.steps if (v := _fact(c, hop, _HELD)) is not None]
+        rss = [v for s in seqs for c in s.steps if (v := _fact(c, hop, _RSS)) is not None]
         a, b = (0, 0)
         if dec or pre:
             rec = (dec or pre)[0]
@@ -240,9 +249,14 @@ def summarize(seqs: list[Sequence], route: Route, weight_bytes: list[int] | None
             # decode step: what a placement over hosts would plan from
             "layer_ms_per_token": _per_layer(dec),
         }
-        if weight_bytes is not None and hop < len(weight_bytes):
+        if held:  # as the stage itself holds them
+            row["weight_bytes"] = max(held)
+        elif weight_bytes is not None and hop < len(weight_bytes):
             row["weight_bytes"] = weight_bytes[hop]
-            row["memory_bytes_peak"] = weight_bytes[hop] + (row["kv_cache_bytes_peak"] or 0)
+        if "weight_bytes" in row:
+            row["memory_bytes_peak"] = row["weight_bytes"] + (row["kv_cache_bytes_peak"] or 0)
+        if rss:
+            row["rss_bytes_peak"] = max(rss)
         stages.append(row)
     return {
         "route": list(route.route), "cuts": list(route.cuts), "sequences": len(seqs),

@@ -16,10 +16,15 @@ What crosses a cut is one message (a dict): ``h`` (the hidden state of the step'
 ``[1, L, hidden]``: the whole prompt at prefill, one token at decode) and plain values
 beside it: ``seq`` (the sequence id), ``pos`` (how many tokens of it the caches hold
 before this step), ``end`` (drop the sequence's caches after this step) and ``kv`` (each
-earlier stage's KV cache bytes, measured). The head's message has ``ids`` instead of
-``h``. The last stage returns ``token`` (the greedy choice, int64 ``[1]``; or ``logits``
-with ``reply: "logits"``) and ``kv``, every stage's cache bytes in stage order. A
-sequence's cache never crosses the wire.
+earlier stage's KV cache bytes, measured), ``held`` (each earlier stage's weight bytes,
+as it holds them) and ``rss`` (each earlier stage's process peak resident memory). The
+head's message has ``ids`` instead of ``h``. The last stage returns ``token`` (the
+greedy choice, int64 ``[1]``; or ``logits`` with ``reply: "logits"``), then ``kv``,
+``held`` and ``rss``, every stage's figure in stage order. A sequence's cache never
+crosses the wire.
+
+A stage may hold only its own weights (``load_llm(..., layers=(a, b))``, the others on
+``meta``): it runs any range inside what it holds and refuses any other, naming both.
 
 Supported: the Llama and Qwen2 families (``model.model.{embed_tokens, layers, norm,
 rotary_emb}`` and ``lm_head``) with full attention.
@@ -27,6 +32,8 @@ rotary_emb}`` and ``lm_head``) with full attention.
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -51,15 +58,23 @@ def _ns() -> int:
     return time.perf_counter_ns()
 
 
-def _param_bytes(*modules: Any) -> int:
+def _param_bytes(*modules: Any, held: bool = False) -> int:
+    """The parameters' bytes (``held``: only those materialized, not on ``meta``)."""
     seen: set[int] = set()
     total = 0
     for m in modules:
         for p in m.parameters():
             if id(p) not in seen:  # tied weights (embedding = LM head) count once
                 seen.add(id(p))
-                total += p.numel() * p.element_size()
+                if not (held and p.is_meta):
+                    total += p.numel() * p.element_size()
     return total
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (bytes; ``ru_maxrss`` is KiB on Linux)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
 class DecoderSplit:
@@ -94,6 +109,15 @@ class DecoderSplit:
         largest = max(MAX_PROMPT_TOKENS * hidden, vocab) * 4
         self.points = [DecoderPoint(i, ("ids",) if i == 0 else ("h",), largest)
                        for i in range(self.n + 1)]
+        from experiment_design.models.llm_weights import held_range
+
+        #: the decoder layers whose weights this stage holds, and whether it holds the
+        #: embedding (the head) and the norm and LM head (the last stage)
+        self.held = held_range(model)
+        self._held_bytes: int | None = None
+        self.holds_embedding = not base.embed_tokens.weight.is_meta
+        self.holds_head = not model.lm_head.weight.is_meta and not any(
+            p.is_meta for p in base.norm.parameters())
 
     # -- facts ----------------------------------------------------------------------------
     def valid_splits(self) -> list[int]:
@@ -109,6 +133,28 @@ class DecoderSplit:
         if b == self.n:
             mods += [self.base.norm, self.model.lm_head]
         return _param_bytes(*mods)
+
+    def held_bytes(self) -> int:
+        """The bytes of the parameters this stage holds (not on ``meta``)."""
+        if self._held_bytes is None:  # the weights never change: counted once
+            self._held_bytes = _param_bytes(self.model, held=True)
+        return self._held_bytes
+
+    def holds(self, a: int, b: int) -> bool:
+        """Whether this stage holds the weights to run layers ``a + 1 .. b``."""
+        lo, hi = self.held
+        return ((a == b or (lo <= a and b <= hi)) and (a > 0 or self.holds_embedding)
+                and (b < self.n or self.holds_head))
+
+    def describe_held(self) -> str:
+        """What this stage holds, for a refusal."""
+        lo, hi = self.held
+        parts = [f"layers {lo + 1}..{hi}" if hi > lo else "no decoder layers"]
+        if self.holds_embedding:
+            parts.insert(0, "the embedding")
+        if self.holds_head:
+            parts.append("the norm and LM head")
+        return ", ".join(parts)
 
     def layer_facts(self) -> list[dict]:
         """Per decoder layer: its weight bytes and its KV cache bytes per token (what a
@@ -128,7 +174,13 @@ class DecoderSplit:
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise TracrError(f"device {device!r} asked for, but CUDA is not available")
-        self.model.to(dev)
+        for m in self.model.modules():  # what is on meta stays there: it is not held
+            for p in m._parameters.values():
+                if p is not None and not p.is_meta:
+                    p.data = p.data.to(dev)
+            for k, buf in m._buffers.items():
+                if buf is not None and not buf.is_meta:
+                    m._buffers[k] = buf.to(dev)
         self.device = dev
         return self
 
@@ -184,6 +236,13 @@ class DecoderSplit:
 
         seq, pos = int(msg["seq"]), int(msg["pos"])
         end = bool(msg.get("end"))
+        if not self.holds(a, b):
+            raise TracrError(f"{self.name or 'this stage'} holds {self.describe_held()}, "
+                             f"not layers {a + 1}..{b}"
+                             + (" with the embedding" if a == 0 else "")
+                             + (" with the LM head" if b == self.n else ""),
+                             hint="the route's cuts must match the layers each stage "
+                                  "loaded at set-up")
         times: list[tuple[int, float]] = []
         t = _ns()
         if a == 0:
@@ -209,11 +268,13 @@ class DecoderSplit:
                 t, t0 = _ns(), t
                 times.append((i + 1, (t - t0) / 1e6))
         kv = [*list(msg.get("kv") or []), self.kv_bytes(seq)]
+        held = [*list(msg.get("held") or []), self.held_bytes()]
+        rss = [*list(msg.get("rss") or []), peak_rss_bytes()]
         if end:
             self.drop(seq)
         if b < self.n:
-            return {"h": h, "seq": seq, "pos": pos, "end": end, "kv": kv,
-                    "reply": msg.get("reply", "token")}, times
+            return {"h": h, "seq": seq, "pos": pos, "end": end, "kv": kv, "held": held,
+                    "rss": rss, "reply": msg.get("reply", "token")}, times
         # the norm is per position: the last position alone is exactly what the full
         # model's last row would be
         logits = self.model.lm_head(self.base.norm(h[:, -1:, :]))[:, -1, :]
@@ -223,6 +284,8 @@ class DecoderSplit:
         else:
             out = {"token": logits.argmax(dim=-1)}
         out["kv"] = torch.tensor(kv, dtype=torch.long)
+        out["held"] = torch.tensor(held, dtype=torch.long)
+        out["rss"] = torch.tensor(rss, dtype=torch.long)
         if timed:
             times.append((self.n + 1, (_ns() - t) / 1e6))
         return out, times

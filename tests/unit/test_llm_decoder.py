@@ -121,5 +121,36 @@ def test_generation_through_the_chain_head_and_its_figures():
     (stage,) = fig["stages"]
     assert stage["layers"] == [1, sm.n] and stage["compute_ms_per_token"] > 0
     assert stage["memory_bytes_peak"] == stage["weight_bytes"] + stage["kv_cache_bytes_peak"]
+    # as the stage reported them: what it holds, and its process's peak resident memory
+    assert stage["weight_bytes"] == sm.held_bytes() and stage["rss_bytes_peak"] > 0
     # every layer's decode time, the embedding (0) and the LM head (n + 1) included
     assert list(stage["layer_ms_per_token"]) == [str(i) for i in range(sm.n + 2)]
+
+
+@pytest.mark.parametrize("kind", sorted(TINY))
+def test_stages_holding_only_their_own_weights_generate_the_unsplit_models_tokens(kind):
+    from transformers import AutoConfig
+
+    from experiment_design.models.llm_weights import build_stage
+
+    cfg = AutoConfig.for_model(kind, **TINY[kind])
+    whole = DecoderSplit(build_stage(cfg, None, seed=3))
+    ref = reference(whole.model)
+    n = whole.n
+    cuts = [2, n - 1]
+    bounds = [0, *cuts, n]
+    stages = [DecoderSplit(build_stage(cfg, (a, b if b < n else None), seed=3))
+              for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert by_hand(stages, cuts)[0] == ref
+    for sm, a, b in zip(stages, bounds, bounds[1:], strict=False):
+        # each holds exactly its own weights (a tied LM head: the embedding matrix once)
+        assert sm.held_bytes() == whole.weight_bytes(a, b) == sm.weight_bytes(a, b)
+        assert sm.held == (a, b) and sm.layer_facts() == whole.layer_facts()
+    assert sum(sm.held_bytes() for sm in stages) < 2 * whole.held_bytes()
+    head, middle, last = stages
+    assert head.holds_embedding and not head.holds_head and last.holds_head
+    # a range it does not hold is refused, naming what it holds
+    with pytest.raises(TracrError, match=r"holds layers 3\.\.\d+, not layers 2\.\."):
+        middle._run(1, n - 1, {"h": torch.zeros(1, 1, 64), "seq": 1, "pos": 0}, timed=False)
+    with pytest.raises(TracrError, match="not layers 1..2 with the embedding"):
+        middle._run(0, 2, {"ids": [1], "seq": 1, "pos": 0}, timed=False)

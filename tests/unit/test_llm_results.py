@@ -49,3 +49,20 @@ def test_metrics_lines_of_a_run_without_inference_rows():
                      "joules_interval": [87.2, 89.8]}}}}}
     (line,) = [x for x in metrics_lines(summary) if x.startswith("head-1")]
     assert "estimate 88.5 J over 14.0 s (estimated)" in line
+
+
+def test_each_member_of_a_token_pipeline_is_assigned_only_the_layers_its_routes_need():
+    from app_api.manifest import load_manifest
+    from app_api.runner.llm import llm_setup, stage_layers
+
+    m = load_manifest("smollm2-pipeline")
+    assert stage_layers(m) == {"head-1": [0, 15], "stage-1": [15, None]}
+    assert llm_setup(m, "stage-1") == {"llm_layers": [15, None]}
+    # two generate tasks with other cuts: each member holds what covers both routes
+    m = load_manifest("smollm2-pipeline", [
+        "playbook.head-1.0.params.cuts=[10]",
+        "playbook.head-1.1={task: generate, params: {cuts: [20]}}"])
+    assert stage_layers(m) == {"head-1": [0, 20], "stage-1": [10, None]}
+    # a vision model's set-up is unchanged
+    assert llm_setup(SimpleNamespace(model={"name": "alexnet"}, pipeline=None,
+                                     playbook={}), "edge-1") == {}
