@@ -65,10 +65,14 @@ from experiment_design.protocol.records import (
     SamplerFacts,
 )
 from experiment_design.protocol.setup import (
+    DatasetConfig,
     Environment,
     GraphPlan,
+    ModelConfig,
+    PartitionerConfig,
     SetupConfig,
     SetupInfo,
+    TransportConfig,
 )
 from experiment_design.protocol.tasks import (
     PollReply,
@@ -105,6 +109,7 @@ __all__ = [
     "AdmittedPartner",
     "BYE",
     "DataAddress",
+    "DatasetConfig",
     "Environment",
     "GraphPlan",
     "HEARTBEAT_S",
@@ -118,7 +123,9 @@ __all__ = [
     "Measurements",
     "Message",
     "MetricSample",
+    "ModelConfig",
     "PARTICIPANT_MODULE",
+    "PartitionerConfig",
     "PartitionerPlan",
     "PartnerAddress",
     "PollReply",
@@ -132,6 +139,7 @@ __all__ = [
     "SetupInfo",
     "TaskStart",
     "TaskStarted",
+    "TransportConfig",
     "Warmup",
     "WarmupDone",
     "Wiring",

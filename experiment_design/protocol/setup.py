@@ -33,17 +33,73 @@ class Environment(Message):
 
 
 @dataclass
+class ModelConfig(Message):
+    """The manifest's ``model``: a registered model (or ``torchvision:<name>``), its weights
+    (None: random), how many of its blocks, how it is split (``auto``, ``graph`` or
+    ``sequential``) and the inputs one inference carries (``batch``)."""
+
+    name: str = ""
+    weights: str | None = None
+    depth: int | None = None
+    mode: str = "auto"
+    batch: int = 1
+
+
+@dataclass
+class DatasetConfig(Message):
+    """The manifest's ``dataset``: a registered dataset and its parameters."""
+
+    name: str
+    #: the dataset's own parameters, declared by the dataset class (open-ended: a user's
+    #: dataset names its own)
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class PartitionerConfig(Message):
+    """The manifest's ``partitioner``: a registered partitioner and its parameters."""
+
+    name: str = "cyclic"
+    #: the partitioner's own parameters, declared by the partitioner class (open-ended: a
+    #: user's partitioner names its own)
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class TransportConfig(Message):
+    """The manifest's ``transport``: how the sender encodes crossing tensors (see
+    ``transport.CodecConfig``, which the participant builds from it and which checks it)."""
+
+    omit_none: ClassVar[bool] = True
+
+    codec: str = "zstd"
+    level: int = 1
+    filter: str = "shuffle"
+    encrypt: bool = False
+    lossy: str = "none"
+    granularity: str = "tensor"
+    quality: int = 90
+    nthreads: int | None = None  # blosc2's threads per call (not a manifest key: 1 unless set)
+
+
+@dataclass
 class SetupConfig(Message):
-    """setup(): the model, dataset, transport, partitioner and secrets of one participant."""
+    """setup(): the model, dataset, transport, partitioner and secrets of one participant.
+
+    ``run``, ``settings`` and ``pipeline`` stay plain mappings: ``settings`` is open (a
+    participant type's own keys, the energy collectors' parameters), ``pipeline`` holds a
+    pipeline partitioner's and task's parameters, and ``run`` is read by tasks as the
+    manifest wrote it.
+    """
 
     omit_none: ClassVar[bool] = True
 
     instance: str | None = None
-    model: dict = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
     seed: int = 0
-    dataset: dict | None = None
-    transport: dict | None = None
-    partitioner: dict | None = None
+    dataset: DatasetConfig | None = None
+    transport: TransportConfig | None = None
+    partitioner: PartitionerConfig | None = None
     run: dict | None = None
     data_secret: str = ""
     threads: int | None = None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -59,10 +62,17 @@ class Message:
     field reads the same to the other side whether it was sent empty or not at
     all. A message with an ``extra`` field is open: keys it does not name are
     kept there (a user's role may add its own) and written back flat; a closed
-    message refuses unknown keys.
+    message refuses unknown keys. A field typed as another message (``model:
+    ModelConfig``) travels as that message's JSON object, and may be given as one.
     """
 
     omit_none: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        for name, kind in nested_messages(type(self)).items():
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, kind.from_dict(value))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form."""
@@ -71,6 +81,8 @@ class Message:
             value = getattr(self, f.name)
             if f.name == "extra":
                 out.update(value)
+            elif isinstance(value, Message):
+                out[f.name] = value.to_dict()
             elif not (value is None and self.omit_none):
                 out[f.name] = value
         return out
@@ -106,6 +118,20 @@ class Message:
         except ValueError as exc:
             raise ProtocolError(f"{cls.__name__}: not JSON: {exc}") from None
         return cls.from_dict(data)
+
+
+@functools.cache
+def nested_messages(cls: type[Message]) -> dict[str, type[Message]]:
+    """The fields of ``cls`` typed as a message (alone or ``| None``), by name."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        hint = hints.get(f.name)
+        union = typing.get_origin(hint) in (types.UnionType, typing.Union)
+        for kind in typing.get_args(hint) if union else (hint,):
+            if isinstance(kind, type) and issubclass(kind, Message):
+                out[f.name] = kind
+    return out
 
 
 def encode_reply(value: Any) -> str:

@@ -98,7 +98,7 @@ class ParticipantService(rpyc.Service):
         self.threads = threads
         self.logs = logs
         self.on_exit = on_exit
-        self.config: dict = {}
+        self.config = SetupConfig()
         self.split_model: Any = None
         self.inputs: list[tuple[Any, Any, str]] = []
         self.device: Any = "cpu"
@@ -180,26 +180,26 @@ class ParticipantService(rpyc.Service):
                 self._split = split
 
     # ----- set-up -----------------------------------------------------------------------------
-    def on_setup(self, config: dict) -> dict:
+    def on_setup(self, config: SetupConfig) -> SetupInfo:
         """Build the model (and dataset if the role needs one); return model facts."""
         import torch
 
         from experiment_design.split import build_split_model
 
-        threads = config.get("threads") or self.threads
+        threads = config.threads or self.threads
         if threads:
             torch.set_num_threads(int(threads))
             self.threads = int(threads)
-        model = config["model"]
-        seed = int(config.get("seed", 0))
+        model = config.model
+        seed = int(config.seed)
         torch.manual_seed(seed)
         self.split_model = build_split_model(
-            model["name"],
+            model.name,
             seed=seed,
-            weights=model.get("weights"),
-            depth=model.get("depth"),
-            mode=model.get("mode") or "auto",
-            batch=int(model.get("batch") or 1),
+            weights=model.weights,
+            depth=model.depth,
+            mode=model.mode or "auto",
+            batch=int(model.batch or 1),
         )
         self.device = self._place_model(config)
         prepared = {"side": self.side, "splits": 0, "ms": 0.0}
@@ -209,57 +209,55 @@ class ParticipantService(rpyc.Service):
             prepared["ms"] = round((time.perf_counter() - t0) * 1e3, 1)
             log.info("built %s code for %d cuts in %.0f ms", self.side, prepared["splits"],
                      prepared["ms"])
-        if self.needs_dataset and config.get("dataset"):
+        if self.needs_dataset and config.dataset:
             self.inputs = [(x.to(self.device), label, item)
-                           for x, label, item in self._load_inputs(config, model)]
-        from experiment_design.transport import CodecConfig
-
-        self.codec = CodecConfig.from_dict(config.get("transport") or {})
-        self.data_secret = bytes.fromhex(config.get("data_secret", ""))
+                           for x, label, item in self._load_inputs(config)]
+        self.codec = codec_of(config)
+        self.data_secret = bytes.fromhex(config.data_secret)
         sm = self.split_model
         from experiment_design.split.fingerprint import graph_digest, graph_nodes
 
         nodes = graph_nodes(sm)
-        return {
-            "graph": graph_digest(sm.mode, nodes),
-            "graph_nodes": nodes,
-            "mode": sm.mode,
-            "n_layers": len(sm.layers),
-            "valid_splits": sm.valid_splits(),
-            "points": [_plain(p) for p in sm.points],
-            "profile": sm.profile(),
-            "inputs": len(self.inputs),
-            "threads": torch.get_num_threads(),
-            "device": str(self.device),
-            "prepared": prepared,
-        }
+        return SetupInfo(
+            graph=graph_digest(sm.mode, nodes),
+            graph_nodes=nodes,
+            mode=sm.mode,
+            n_layers=len(sm.layers),
+            valid_splits=sm.valid_splits(),
+            points=[_plain(p) for p in sm.points],
+            profile=sm.profile(),
+            inputs=len(self.inputs),
+            threads=torch.get_num_threads(),
+            device=str(self.device),
+            prepared=prepared,
+        )
 
-    def _place_model(self, config: dict) -> Any:
+    def _place_model(self, config: SetupConfig) -> Any:
         """Move the model to ``settings.device`` (cpu default; cuda / auto where available)."""
-        want = str((config.get("settings") or {}).get("device") or config.get("device") or "cpu")
+        want = str((config.settings or {}).get("device") or config.device or "cpu")
         try:
             return self.split_model.to(want).device
         except TracrError as exc:
             raise TracrError(f"{self.instance}: {exc}", hint=exc.hint) from None
 
-    def _load_inputs(self, config: dict, model: dict) -> list[tuple[Any, Any, str]]:
+    def _load_inputs(self, config: SetupConfig) -> list[tuple[Any, Any, str]]:
         """Preload every dataset item (batched) so no I/O happens while measuring."""
         import torch
 
         from experiment_design.datasets import create_dataset
         from experiment_design.models import get_model_spec
 
-        ds_cfg = config["dataset"]
-        spec = get_model_spec(model["name"])
+        ds_cfg = config.dataset
+        spec = get_model_spec(config.model.name)
         ds = create_dataset(
-            ds_cfg["name"],
+            ds_cfg.name,
             input_shape=tuple(spec.input_shape),
-            seed=int(config.get("seed", 0)),
-            **(ds_cfg.get("params") or {}),
+            seed=int(config.seed),
+            **(ds_cfg.params or {}),
         )
         if len(ds) == 0:
-            raise TracrError(f"Dataset '{ds_cfg['name']}' is empty.")
-        batch = int(model.get("batch") or 1)
+            raise TracrError(f"Dataset '{ds_cfg.name}' is empty.")
+        batch = int(config.model.batch or 1)
         items = [ds[i] for i in range(len(ds))]
         out = []
         for start in range(0, len(items), batch):
@@ -283,9 +281,9 @@ class ParticipantService(rpyc.Service):
     @control(SetupConfig)
     def exposed_setup(self, config: SetupConfig) -> SetupInfo:
         """Configure the model, dataset, transport and secrets for this run."""
-        self.config = config.to_dict()
+        self.config = config
         self.instance = config.instance or self.instance
-        self.setup_info = SetupInfo.from_dict(self.on_setup(self.config))
+        self.setup_info = self.on_setup(config)
         # the model, its code and the inputs live for the whole run: no collection
         # should walk them again (see runtime/heap.py)
         found = heap.settle()
@@ -325,10 +323,10 @@ class ParticipantService(rpyc.Service):
     @control(Wiring)
     def exposed_connect_partners(self, wiring: Wiring) -> dict:
         """Connect to partners: ``{slot: [{"instance", "host", "port"}, ...]}``."""
-        return self.on_connect_partners(wiring.to_dict())
+        return self.on_connect_partners(wiring)
 
-    def on_connect_partners(self, partners: dict) -> dict:
-        """Role hook: open data channels to partners."""
+    def on_connect_partners(self, wiring: Wiring) -> dict:
+        """Role hook: open data channels to the partners ``wiring`` names, by slot."""
         return {}
 
     @control(Admission)
@@ -358,17 +356,17 @@ class ParticipantService(rpyc.Service):
     def _example_input(self) -> Any:
         from experiment_design.models import example_input
 
-        model = self.config["model"]
-        return example_input(model["name"], batch=int(model.get("batch") or 1),
-                             seed=int(self.config.get("seed", 0)))
+        model = self.config.model
+        return example_input(model.name, batch=int(model.batch or 1), seed=int(self.config.seed))
 
     @control(LinkProbe)
     def exposed_probe_link(self, params: LinkProbe) -> dict | None:
         """Measure the link to the downstream partner (edge roles; null elsewhere)."""
-        return self.probe_link(**params.to_dict())
+        return self.probe_link(params)
 
-    def probe_link(self, **params: Any) -> dict | None:
-        """Role hook: bandwidth and RTT to the downstream partner."""
+    def probe_link(self, params: LinkProbe) -> dict | None:
+        """Role hook: bandwidth and RTT to the downstream partner (``params``: the payload
+        size and round trips, unset for the role's defaults)."""
         return None
 
     @control(Warmup)
@@ -498,6 +496,14 @@ class ParticipantService(rpyc.Service):
         """An observer call ended."""
         with self._lock:
             self._inflight -= 1
+
+
+def codec_of(config: SetupConfig) -> Any:
+    """The :class:`~experiment_design.transport.CodecConfig` of ``config.transport``
+    (the defaults without one); it checks every value."""
+    from experiment_design.transport import CodecConfig
+
+    return CodecConfig.from_dict(config.transport.to_dict() if config.transport else {})
 
 
 def _plain(obj: Any) -> Any:

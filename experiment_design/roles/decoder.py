@@ -15,7 +15,8 @@ import logging
 import time
 from typing import Any
 
-from experiment_design.roles.base import ParticipantService
+from experiment_design.protocol import SetupConfig, SetupInfo, Wiring
+from experiment_design.roles.base import ParticipantService, codec_of
 from experiment_design.roles.registry import register_role
 from experiment_design.roles.stage import ChainMember, StageRole, require_channels
 
@@ -25,48 +26,37 @@ log = logging.getLogger(__name__)
 class DecoderSetup(ParticipantService):
     """Set-up of a decoder model: load it from local files, wrap it as a DecoderSplit."""
 
-    def on_setup(self, config: dict) -> dict:
-        """Load the model named by the manifest (a registered language model), only the
-        weights of the layers the observer assigned (``extra.llm_layers``); return its
-        facts, with each layer's weight and KV bytes (``extra.llm``) for placement and
-        what this stage holds."""
+    def on_setup(self, config: SetupConfig) -> SetupInfo:
+        """Load the model named by the manifest (a registered language model); return its
+        facts, with each layer's weight and KV bytes (``extra.llm``) for placement."""
         import torch
 
         from experiment_design.models.llm import get_llm_spec, load_llm
         from experiment_design.split.decoder import DecoderSplit
-        from experiment_design.transport import CodecConfig
 
-        threads = config.get("threads") or self.threads
+        threads = config.threads or self.threads
         if threads:
             torch.set_num_threads(int(threads))
             self.threads = int(threads)
-        name = config["model"]["name"]
-        seed = int(config.get("seed", 0))
-        # the layers the observer assigned this stage (from the playbook's routes): only
-        # their weights are loaded; none given, the whole model
-        held = (config.get("extra") or {}).get("llm_layers")
-        layers = (int(held[0]), None if held[1] is None else int(held[1])) if held else None
+        name = config.model.name
+        seed = int(config.seed)
         t0 = time.perf_counter()
-        self.split_model = DecoderSplit(load_llm(name, seed=seed, layers=layers), name=name)
+        self.split_model = DecoderSplit(load_llm(name, seed=seed), name=name)
         load_s = time.perf_counter() - t0
-        log.info("loaded %s (%s) in %.1f s", name, self.split_model.describe_held(), load_s)
+        log.info("loaded %s in %.1f s", name, load_s)
         self.device = self._place_model(config)
-        self.codec = CodecConfig.from_dict(config.get("transport") or {})
-        self.data_secret = bytes.fromhex(config.get("data_secret", ""))
+        self.codec = codec_of(config)
+        self.data_secret = bytes.fromhex(config.data_secret)
         sm = self.split_model
         spec = get_llm_spec(name)
-        return {
-            "mode": sm.mode,
-            "n_layers": sm.n,
-            "valid_splits": sm.valid_splits(),
-            "threads": torch.get_num_threads(),
-            "device": str(self.device),
-            "prepared": {"side": None, "splits": 0, "ms": round(load_s * 1e3, 1)},
-            "extra": {"llm": {"model": name, "weights": "pretrained" if spec.pretrained
-                              else "random", "layers": sm.layer_facts(),
-                              "held": sm.describe_held(), "held_bytes": sm.held_bytes(),
-                              "load_s": round(load_s, 2)}},
-        }
+        llm = {"model": name, "weights": "pretrained" if spec.pretrained else "random",
+               "layers": sm.layer_facts(), "load_s": round(load_s, 2)}
+        return SetupInfo(
+            mode=sm.mode, n_layers=sm.n, valid_splits=sm.valid_splits(),
+            threads=torch.get_num_threads(), device=str(self.device),
+            prepared={"side": None, "splits": 0, "ms": round(load_s * 1e3, 1)},
+            extra={"extra": {"llm": llm}},  # on the wire as it always was: {"extra": {"llm"}}
+        )
 
 
 @register_role("llm-stage")
@@ -88,7 +78,7 @@ class DecoderHead(ChainMember, DecoderSetup):
         super().__init__(**kw)
         self.head: Any = None
 
-    def on_setup(self, config: dict) -> dict:
+    def on_setup(self, config: SetupConfig) -> SetupInfo:
         """The model, and the chain's head side."""
         from experiment_design.runtime.chain import ChainHead
 
@@ -96,8 +86,8 @@ class DecoderHead(ChainMember, DecoderSetup):
         self.head = ChainHead(self)
         return info
 
-    def on_connect_partners(self, partners: dict) -> dict:
+    def on_connect_partners(self, wiring: Wiring) -> dict:
         """One data channel per later stage."""
-        out = super().on_connect_partners(partners)
+        out = super().on_connect_partners(wiring)
         require_channels(self)
         return out

@@ -14,8 +14,13 @@ from experiment_design.partitioners.bandwidth import LinkSample
 from experiment_design.protocol import (
     InferenceRecord,
     LayerRecord,
+    LinkProbe,
     Measurements,
+    PartitionerConfig,
     PartitionerPlan,
+    SetupConfig,
+    SetupInfo,
+    Wiring,
     partition_context,
 )
 from experiment_design.roles.registry import register_role
@@ -55,7 +60,7 @@ class EdgeRole(ChainMember):
         #: per chain member, its layers' CPU busy in a pipeline over its profile's
         self.busy_factors: dict[str, float] = {}
 
-    def on_setup(self, config: dict) -> dict:
+    def on_setup(self, config: SetupConfig) -> SetupInfo:
         """Model, dataset and the partitioner (set up later, with its context); then the
         unsplit model's output on every preloaded input, the reference each inference's
         output is compared with (untimed: nothing is measured yet)."""
@@ -63,17 +68,17 @@ class EdgeRole(ChainMember):
         from experiment_design.runtime.fidelity import reference_outputs
 
         info = super().on_setup(config)
-        p = config.get("partitioner") or {"name": "cyclic", "params": {}}
-        self.partitioner = create_partitioner(p["name"], **(p.get("params") or {}))
-        info["partitioner_needs"] = sorted(self.partitioner.needs)
-        self.weights = "pretrained" if config["model"].get("weights") else "random"
+        p = config.partitioner or PartitionerConfig()
+        self.partitioner = create_partitioner(p.name, **(p.params or {}))
+        info.partitioner_needs = sorted(self.partitioner.needs)
+        self.weights = "pretrained" if config.model.weights else "random"
         self.head = ChainHead(self)
         self.references = reference_outputs(self.split_model, self.inputs)
         return info
 
-    def on_connect_partners(self, partners: dict) -> dict:
+    def on_connect_partners(self, wiring: Wiring) -> dict:
         """Open one authenticated data channel per downstream partner."""
-        out = super().on_connect_partners(partners)
+        out = super().on_connect_partners(wiring)
         require_channels(self)
         return out
 
@@ -256,12 +261,13 @@ class EdgeRole(ChainMember):
                  ", ".join(f"{k} x{v:.2f}" for k, v in out.items()))
         return out
 
-    def probe_link(self, size: int = 1 << 20, repeats: int = 5) -> dict:
-        """``DataChannel.probe()`` when the transport has it, else an echo round trip."""
-        import statistics
-
+    def probe_link(self, params: LinkProbe) -> dict:
+        """``DataChannel.probe()`` when the transport has it, else an echo round trip of
+        ``params.size`` bytes (1 MiB by default), ``params.repeats`` times (5)."""
         import torch
 
+        size = 1 << 20 if params.size is None else params.size
+        repeats = 5 if params.repeats is None else params.repeats
         name, ch = self.channels[0]
         if hasattr(ch, "probe"):
             res = ch.probe()
@@ -378,7 +384,7 @@ class EdgeRole(ChainMember):
     @property
     def batch(self) -> int:
         """Items per inference (the manifest's ``model.batch``)."""
-        return int((self.config.get("model") or {}).get("batch") or 1)
+        return int(self.config.model.batch or 1)
 
     def placements(self) -> list[tuple[Route, dict | None]]:
         """The configurations to measure: the partitioner's plan when it makes one

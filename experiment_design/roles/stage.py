@@ -16,7 +16,14 @@ import time
 from typing import Any
 
 from experiment_design.errors import TracrError
-from experiment_design.protocol import HEARTBEAT_S, LIVENESS_TIMEOUT_S, DataAddress
+from experiment_design.protocol import (
+    HEARTBEAT_S,
+    LIVENESS_TIMEOUT_S,
+    DataAddress,
+    SetupConfig,
+    SetupInfo,
+    Wiring,
+)
 from experiment_design.roles.base import ParticipantService
 from experiment_design.roles.registry import register_role
 from experiment_design.runtime.control import control
@@ -34,27 +41,26 @@ class ChainMember(ParticipantService):
         #: the receive deadline of the data channels (``run.liveness_timeout_s``)
         self.liveness_s = LIVENESS_TIMEOUT_S
 
-    def on_connect_partners(self, partners: dict) -> dict:
+    def on_connect_partners(self, wiring: Wiring) -> dict:
         """Open one authenticated data channel per partner, whatever its slot."""
         from experiment_design.transport import connect
 
         # no reply for the liveness timeout: the partner is lost (a receive never waits for
         # ever; a partner profiling or computing sends nothing only between requests)
-        deadline = self.liveness_s = float((self.config.get("run") or {}).get(
+        deadline = self.liveness_s = float((self.config.run or {}).get(
             "liveness_timeout_s") or LIVENESS_TIMEOUT_S)
-        for slot_peers in partners.values():
+        for slot_peers in wiring.partners.values():
             for peer in slot_peers:
-                if peer["instance"] in self.downstream:
+                if peer.instance in self.downstream:
                     continue
-                key = bytes.fromhex(peer["key"]) if peer.get("key") else None
-                ch = connect(peer["host"], int(peer["port"]), self.data_secret or None,
+                key = bytes.fromhex(peer.key) if peer.key else None
+                ch = connect(peer.host, int(peer.port), self.data_secret or None,
                              self.codec, limits=self.frame_limits(), name=self.instance,
-                             partner=peer["instance"], key=key)
-                ch.set_timeout(deadline, partner=peer["instance"])
-                self.channels.append((peer["instance"], ch))
-                self.downstream[peer["instance"]] = ch
-                log.info("connected to %s at %s:%s", peer["instance"], peer["host"],
-                         peer["port"])
+                             partner=peer.instance, key=key)
+                ch.set_timeout(deadline, partner=peer.instance)
+                self.channels.append((peer.instance, ch))
+                self.downstream[peer.instance] = ch
+                log.info("connected to %s at %s:%s", peer.instance, peer.host, peer.port)
         return {"channels": [name for name, _ in self.channels]}
 
     def frame_limits(self) -> Any:
@@ -133,21 +139,21 @@ class StageRole(ChainMember):
         self._open = 0
         self._accepted: list[Any] = []
 
-    def on_setup(self, config: dict) -> dict:
+    def on_setup(self, config: SetupConfig) -> SetupInfo:
         """Model plus a listening DataServer (bind host from ``data_bind``)."""
         info = super().on_setup(config)
         from experiment_design.runtime.chain import ChainServer
         from experiment_design.transport import DataServer
 
-        depth = int(((config.get("pipeline") or {}).get("queue")) or 2)
+        depth = int(((config.pipeline or {}).get("queue")) or 2)
         self.chain = ChainServer(self, depth=depth)
-        bind = config.get("data_bind") or "127.0.0.1"
+        bind = config.data_bind or "127.0.0.1"
         # no run secret (the observer's runs): nobody gets in until admit_partners()
-        self.server = DataServer(bind, int(config.get("data_port") or 0),
+        self.server = DataServer(bind, int(config.data_port or 0),
                                  self.data_secret or None, self.codec, name=self.instance,
                                  limits=self.frame_limits())
         threading.Thread(target=self._accept_loop, name="data-accept", daemon=True).start()
-        info["data_address"] = list(self.server.address)
+        info.data_address = list(self.server.address)
         return info
 
     def data_address(self) -> DataAddress | None:

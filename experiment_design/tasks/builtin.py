@@ -33,7 +33,7 @@ class InferDataset(Task):
             return int(self.params["count"])
         sweep = participant.partitioner.sweep_length() if participant.partitioner else None
         if sweep:
-            default = (participant.config.get("run") or {}).get("repeats") or 1
+            default = (participant.config.run or {}).get("repeats") or 1
             return int(self.params.get("sweeps", default)) * int(sweep)
         return len(participant.inputs)
 
@@ -100,7 +100,7 @@ def _load_image(participant: Any, path: str) -> tuple[Any, Any, str]:
     from experiment_design.constants import IMAGENET_MEAN, IMAGENET_STD
     from experiment_design.models import get_model_spec
 
-    spec = get_model_spec(participant.config["model"]["name"])
+    spec = get_model_spec(participant.config.model.name)
     c, h, w = spec.input_shape
     img = Image.open(path).convert("RGB").resize((w, h))
     x = F.normalize(F.to_tensor(img), list(IMAGENET_MEAN), list(IMAGENET_STD))

@@ -39,7 +39,7 @@ class Generate(Task):
 
         self.check(participant)
         p = self.params
-        chain = list((participant.config.get("pipeline") or {}).get("chain")
+        chain = list((participant.config.pipeline or {}).get("chain")
                      or [participant.instance])
         if chain[0] != participant.instance:
             raise TracrError(f"generate runs on the chain's head ({chain[0]}), "
@@ -54,8 +54,8 @@ class Generate(Task):
         count = int(p.get("sequences") or 1)
         in_flight = int(p.get("in_flight") or 1)
         reply = str(p.get("reply") or "token")
-        model = participant.config["model"]["name"]
-        seed = int(participant.config.get("seed", 0))
+        model = participant.config.model.name
+        seed = int(participant.config.seed)
         ids = prompt_ids(model, str(p.get("prompt") or DEFAULT_PROMPT),
                          tokens=int(p.get("prompt_tokens") or 16), seed=seed)
         stop = participant.stop_event

@@ -25,7 +25,7 @@ class InferPipeline(Task):
     requires = "run_config"
 
     def _opts(self, participant: Any) -> dict[str, Any]:
-        cfg = {**(participant.config.get("pipeline") or {}), **self.params}
+        cfg = {**(participant.config.pipeline or {}), **self.params}
         modes = cfg.get("modes") or list(MODES)
         if isinstance(modes, str):
             modes = [modes]

@@ -225,3 +225,24 @@ def test_a_reply_slower_to_arrive_than_a_wait_slice_is_not_dropped():
         t0 = time.monotonic()
         assert len(client.call("big", timeout=20)["rows"]) == 32 << 20
         assert time.monotonic() - t0 < 15
+
+
+def test_setup_config_carries_typed_configs_in_the_wire_form_the_observer_always_sent():
+    from experiment_design.protocol import DatasetConfig, ModelConfig, TransportConfig
+
+    wire = {"instance": "edge-1",
+            "model": {"name": "alexnet", "weights": None, "depth": None, "mode": "auto",
+                      "batch": 1},
+            "seed": 0, "dataset": {"name": "sample", "params": {"limit": 2}},
+            "transport": {"codec": "zstd", "level": 1, "filter": "shuffle", "encrypt": False,
+                          "lossy": "none", "granularity": "tensor", "quality": 90},
+            "partitioner": {"name": "cyclic", "params": {}}, "data_secret": ""}
+    config = SetupConfig.from_dict(wire)
+    assert isinstance(config.model, ModelConfig) and config.model.name == "alexnet"
+    assert config.dataset == DatasetConfig("sample", {"limit": 2})
+    assert isinstance(config.transport, TransportConfig) and config.partitioner.name == "cyclic"
+    assert config.to_dict() == wire
+    # a caller may still hand a nested config as its mapping
+    assert SetupConfig(model={"name": "alexnet"}).model == ModelConfig(name="alexnet")
+    with pytest.raises(ProtocolError, match="ModelConfig"):
+        SetupConfig.from_dict({"model": {"name": "alexnet", "colour": "red"}})
