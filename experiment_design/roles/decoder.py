@@ -27,8 +27,10 @@ class DecoderSetup(ParticipantService):
     """Set-up of a decoder model: load it from local files, wrap it as a DecoderSplit."""
 
     def on_setup(self, config: SetupConfig) -> SetupInfo:
-        """Load the model named by the manifest (a registered language model); return its
-        facts, with each layer's weight and KV bytes (``extra.llm``) for placement."""
+        """Load the model named by the manifest (a registered language model), only the
+        weights of the layers the observer assigned (``extra.llm_layers``); return its
+        facts, with each layer's weight and KV bytes (``extra.llm``) for placement and
+        what this stage holds."""
         import torch
 
         from experiment_design.models.llm import get_llm_spec, load_llm
@@ -40,17 +42,22 @@ class DecoderSetup(ParticipantService):
             self.threads = int(threads)
         name = config.model.name
         seed = int(config.seed)
+        # the layers the observer assigned this stage (from the playbook's routes): only
+        # their weights are loaded; none given, the whole model
+        held = config.extra.get("llm_layers")
+        layers = (int(held[0]), None if held[1] is None else int(held[1])) if held else None
         t0 = time.perf_counter()
-        self.split_model = DecoderSplit(load_llm(name, seed=seed), name=name)
+        self.split_model = DecoderSplit(load_llm(name, seed=seed, layers=layers), name=name)
         load_s = time.perf_counter() - t0
-        log.info("loaded %s in %.1f s", name, load_s)
+        log.info("loaded %s (%s) in %.1f s", name, self.split_model.describe_held(), load_s)
         self.device = self._place_model(config)
         self.codec = codec_of(config)
         self.data_secret = bytes.fromhex(config.data_secret)
         sm = self.split_model
         spec = get_llm_spec(name)
         llm = {"model": name, "weights": "pretrained" if spec.pretrained else "random",
-               "layers": sm.layer_facts(), "load_s": round(load_s, 2)}
+               "layers": sm.layer_facts(), "held": sm.describe_held(),
+               "held_bytes": sm.held_bytes(), "load_s": round(load_s, 2)}
         return SetupInfo(
             mode=sm.mode, n_layers=sm.n, valid_splits=sm.valid_splits(),
             threads=torch.get_num_threads(), device=str(self.device),
