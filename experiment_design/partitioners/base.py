@@ -6,52 +6,95 @@ means the edge runs layers 1..k and the cloud runs layers k+1..n.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from experiment_design.errors import TracrError
 from experiment_design.params import Param
+from experiment_design.protocol import Measurements, SetupInfo
 from experiment_design.registry import Registry
 
 
-@dataclass
+@dataclass(init=False)
 class PartitionContext:
-    """Everything a partitioner may look at, as plain JSON-able data.
+    """Everything a partitioner may look at: the model as the head built it (``info``, its
+    :class:`~experiment_design.protocol.SetupInfo`) and what the observer measured for the
+    partitioner's :attr:`Partitioner.needs` (``measurements``, a
+    :class:`~experiment_design.protocol.Measurements`), both held as they arrived.
 
-    ``layers`` are ``SplitModel.profile()`` rows, ``points`` the split points
-    (index, layer, crossing_bytes, valid, ...), ``valid_splits`` the indices a
-    sweep may use. The measured parts are filled by the observer when the
-    partitioner asks for them via :attr:`Partitioner.needs`; ``fidelity`` is the head's
-    start-up probe of (split, transport) pairs (``{items, seconds, pairs: [{split,
-    transport, top1_agree, cosine_min, bytes, encode_ms, decode_ms, ...}]}``, see
-    :func:`experiment_design.runtime.fidelity.probe`). ``scored_choices`` are the splits
-    the partitioners scored after the sweep chose from the same start-up measurements (a
-    racing sweep measures them beside its contenders, so each choice is scored on as many
-    samples as the splits it is compared with).
+    A partitioner reads them through attributes: ``layers`` are ``SplitModel.profile()``
+    rows, ``points`` the split points (index, layer, crossing_bytes, valid, ...),
+    ``valid_splits`` the indices a sweep may use (the three from ``info``);
+    ``edge_profile``, ``cloud_profile``, ``network``, ``measured`` (split -> ms, keys as
+    ints) and ``scored_choices`` (the splits the partitioners scored after the sweep chose
+    from the same start-up measurements: a racing sweep measures them beside its
+    contenders, so each choice is scored on as many samples as the splits it is compared
+    with) from ``measurements``. ``fidelity`` is the head's start-up probe of (split,
+    transport) pairs (``{items, seconds, pairs: [{split, transport, top1_agree,
+    cosine_min, bytes, encode_ms, decode_ms, ...}]}``, see
+    :func:`experiment_design.runtime.fidelity.probe`).
+
+    Built from the messages (the head) or, as tests and scoring do, from the attributes
+    by keyword: ``PartitionContext(layers=..., points=..., valid_splits=..., network=...)``.
     """
 
-    layers: list[dict] = field(default_factory=list)
-    points: list[dict] = field(default_factory=list)
-    valid_splits: list[int] = field(default_factory=list)
-    edge_profile: dict | None = None
-    cloud_profile: dict | None = None
-    network: dict | None = None
-    measured: dict | None = None
-    fidelity: dict | None = None
-    scored_choices: list[int] | None = None
+    info: SetupInfo
+    measurements: Measurements
+    fidelity: dict | None
+
+    def __init__(self, layers: list[dict] | None = None, points: list[dict] | None = None,
+                 valid_splits: list[int] | None = None, edge_profile: dict | None = None,
+                 cloud_profile: dict | None = None, network: dict | None = None,
+                 measured: dict | None = None, fidelity: dict | None = None,
+                 scored_choices: list[int] | None = None, *, info: SetupInfo | None = None,
+                 measurements: Measurements | None = None) -> None:
+        model = {k: v for k, v in (("profile", layers), ("points", points),
+                                   ("valid_splits", valid_splits)) if v is not None}
+        measure = {k: v for k, v in (("edge_profile", edge_profile),
+                                     ("cloud_profile", cloud_profile), ("network", network),
+                                     ("measured", measured),
+                                     ("scored_choices", scored_choices)) if v is not None}
+        # a keyword given beside a message overrides it in a copy (dataclasses.replace)
+        self.info = replace(info, **model) if info is not None else SetupInfo(**model)
+        m = (replace(measurements, **measure) if measurements is not None
+             else Measurements(**measure))
+        if m.measured and any(not isinstance(k, int) for k in m.measured):
+            m = replace(m, measured={int(k): v for k, v in m.measured.items()})  # JSON keys
+        self.measurements = m
+        self.fidelity = fidelity
+
+    layers = property(lambda self: self.info.profile,
+                      lambda self, v: setattr(self.info, "profile", v))
+    points = property(lambda self: self.info.points,
+                      lambda self, v: setattr(self.info, "points", v))
+    valid_splits = property(lambda self: self.info.valid_splits,
+                            lambda self, v: setattr(self.info, "valid_splits", v))
+    edge_profile = property(lambda self: self.measurements.edge_profile,
+                            lambda self, v: setattr(self.measurements, "edge_profile", v))
+    cloud_profile = property(lambda self: self.measurements.cloud_profile,
+                             lambda self, v: setattr(self.measurements, "cloud_profile", v))
+    network = property(lambda self: self.measurements.network,
+                       lambda self, v: setattr(self.measurements, "network", v))
+    measured = property(lambda self: self.measurements.measured,
+                        lambda self, v: setattr(self.measurements, "measured", v))
+    scored_choices = property(lambda self: self.measurements.scored_choices,
+                              lambda self, v: setattr(self.measurements, "scored_choices", v))
 
     def to_dict(self) -> dict:
-        """Plain JSON form (what crosses the control channel)."""
-        return asdict(self)
+        """Plain JSON form (what the observer keeps to score partitioners with)."""
+        return {k: copy.deepcopy(getattr(self, k)) for k in CONTEXT_KEYS}
 
     @classmethod
     def from_dict(cls, d: dict) -> PartitionContext:
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
-        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        if known.get("measured"):
-            known["measured"] = {int(k): v for k, v in known["measured"].items()}
-        return cls(**known)
+        return cls(**{k: d[k] for k in CONTEXT_KEYS if k in d})
+
+
+#: the attributes of a :class:`PartitionContext`, in the order of its plain JSON form
+CONTEXT_KEYS = ("layers", "points", "valid_splits", "edge_profile", "cloud_profile", "network",
+                "measured", "fidelity", "scored_choices")
 
 
 class Partitioner:

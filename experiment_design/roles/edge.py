@@ -21,7 +21,6 @@ from experiment_design.protocol import (
     SetupConfig,
     SetupInfo,
     Wiring,
-    partition_context,
 )
 from experiment_design.roles.registry import register_role
 from experiment_design.roles.stage import ChainMember, require_channels
@@ -85,7 +84,7 @@ class EdgeRole(ChainMember):
     def prepare_partitioner(self, measured: Measurements) -> PartitionerPlan:
         """Set up the partitioner with the model facts plus the observer's measurements."""
         self.links = dict(measured.links or {})
-        ctx = PartitionContext.from_dict(partition_context(self.setup_info, measured))
+        ctx = PartitionContext(info=self.setup_info, measurements=measured)
         request = measured.fidelity
         if "fidelity" in self.partitioner.needs:
             request = self.partitioner.probe_request()

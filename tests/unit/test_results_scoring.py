@@ -279,9 +279,7 @@ def test_pair_noise_is_the_split_half_regret_over_the_pairs_above_the_floor():
 
 
 def test_the_split_only_choices_are_known_before_the_sweep():
-    import dataclasses
-
-    ctx = dataclasses.asdict(_ctx())
+    ctx = _ctx().to_dict()
     # predicted-argmin chooses 0 (see test_evaluate_regret_and_spearman); the oracle needs
     # the sweep's medians and split-codec the fidelity probe: neither can choose yet
     got = split_choices(["predicted-argmin", "measured", "split-codec"], ctx)
