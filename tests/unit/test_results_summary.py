@@ -199,7 +199,8 @@ def test_show_prints_a_pipelines_configurations_ratios_and_stages_planned_and_me
 
 
 def test_show_takes_an_older_runs_plan_from_its_decision_and_trims_a_sweep(capsys):
-    from app_api.cli.results import MAX_CONFIGS, print_summary
+    from app_api.cli.results import print_summary
+    from app_api.cli.results_pipeline import MAX_CONFIGS
 
     stages = [_stage(0, "edge-1", 1, 16, 9.0, 5.5, 9.9), _stage(1, "stage-1", 17, 153, 20.0,
                                                                   11.0, 0.0)]
