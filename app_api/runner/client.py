@@ -28,6 +28,7 @@ from experiment_design.protocol import (
     Admission,
     DataAddress,
     Environment,
+    GraphPlan,
     LinkProbe,
     Measurements,
     Message,
@@ -180,6 +181,11 @@ class ParticipantClient:
         """Build the model (and dataset); the facts of the model as built."""
         return SetupInfo.from_dict(self.call("setup", config))
 
+    def check_graph(self, plan: GraphPlan) -> str:
+        """Have the participant compare ``plan`` with the graph it built (an error names the
+        first node that differs); ``"ok"`` when they agree."""
+        return self.call("check_graph", plan)
+
     def data_address(self) -> DataAddress | None:
         """Where partners reach the participant's data server, if it has one."""
         out = self.call("data_address")
@@ -200,6 +206,11 @@ class ParticipantClient:
     def probe_link(self, params: LinkProbe | None = None) -> dict | None:
         """Bandwidth and RTT to the participant's downstream partner, or None."""
         return self.call("probe_link", params or LinkProbe())
+
+    def probe_links(self) -> dict[str, dict]:
+        """Bandwidth and RTT to each of a chain member's downstream partners, by
+        ``"member>partner"``."""
+        return self.call("probe_links") or {}
 
     def warmup(self, rounds: int) -> WarmupDone:
         """Unrecorded warm-up round trips."""

@@ -70,7 +70,7 @@ def measure(state: RunState, inst: str, needs: set[str]) -> Measurements:
         # bound), and each member's profile when the partitioner plans placements
         ctx.links = {}
         for member in chain:
-            ctx.links.update(state.client(member).call("probe_links") or {})
+            ctx.links.update(state.client(member).probe_links())
         state.extra["links"] = ctx.links
         if "profiles" in needs:
             ctx.profiles = {member: known.get(member) or profile_of(state, member)

@@ -44,7 +44,7 @@ def wire(state: RunState) -> None:
 def check_partners(state: RunState, pairs: list[tuple[str, str]]) -> None:
     """Before a participant connects: each of its partners checks its graph against the
     connecting participant's (the plan)."""
-    check_graphs(lambda inst, plan: state.client(inst).call("check_graph", plan),
+    check_graphs(lambda inst, plan: state.client(inst).check_graph(plan),
                  state.infos, state.envs, pairs)  # fmt: skip
 
 

@@ -21,6 +21,7 @@ control call takes at most one argument and answers one JSON document::
     connect_partners(w)    Wiring            {...} (the role's own report)
     profile_layers(p)      ProfileParams     {...} (profiling.profile_split_model)
     probe_link(p)          LinkProbe         {...} or null
+    probe_links()          -                 {"this>partner": {...}, ...} (chain members)
     warmup(w)              Warmup            WarmupDone
     prepare_partitioner(m) Measurements      PartitionerPlan or null
     start_task(t)          TaskStart         TaskStarted

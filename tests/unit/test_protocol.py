@@ -246,3 +246,12 @@ def test_setup_config_carries_typed_configs_in_the_wire_form_the_observer_always
     assert SetupConfig(model={"name": "alexnet"}).model == ModelConfig(name="alexnet")
     with pytest.raises(ProtocolError, match="ModelConfig"):
         SetupConfig.from_dict({"model": {"name": "alexnet", "colour": "red"}})
+
+
+@pytest.mark.parametrize("role", ["edge", "cloud", "stage", "llm-head", "llm-stage"])
+def test_every_exposed_call_is_in_the_protocols_call_table_and_the_client(role):
+    table = protocol.__doc__.split("\n    call ", 1)[1].split("\n\n", 1)[0]
+    for name in _exposed(get_role(role)):
+        call = name.removeprefix("exposed_")
+        assert f"{call}(" in table, f"{call}() is missing from the call table"
+        assert callable(getattr(ParticipantClient, call, None)), f"no client method {call}()"
