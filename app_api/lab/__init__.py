@@ -14,10 +14,12 @@ can get a CPU quota (cgroups), and is paired in the device registry as ``lab-<n>
 
 from __future__ import annotations
 
-from app_api.lab.lifecycle import down, link_report, shape, status, up
+from app_api.lab.lifecycle import status, up
 from app_api.lab.lock import LabBusyError, link_lock
 from app_api.lab.network import tbf_params
+from app_api.lab.shaping import link_report, shape
 from app_api.lab.state import load_state, state_path
+from app_api.lab.teardown import down
 from app_api.units import format_rate, parse_rate
 
 __all__ = [

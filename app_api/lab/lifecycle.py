@@ -1,22 +1,15 @@
-"""Bringing the emulated lab up, re-shaping it, and taking it down again.
+"""Bringing the emulated lab up, and its status.
 
-Every resource is recorded in the state file right after it is created, so ``down``
-undoes exactly what ``up`` did, even when ``up`` stopped half way. ``down`` also looks
-for leftovers by our unique names (``tracr-lab-<n>`` namespaces, ``trlab-*`` links and
-cgroups), because the lab is one per machine and a lost state file must not strand it.
-
-``down`` runs as root, so it acts only on what it can prove is the lab's: a state whose
-names or paths differ from what ``up`` generates is refused (and reported), processes
-are stopped only inside our namespaces or when /proc shows our sshd with our config, and
-in the user's directory only the files tracr writes there are removed, by name.
+Every resource is recorded in the state file right after it is created, so
+:func:`app_api.lab.teardown.down` undoes exactly what :func:`up` did, even when ``up``
+stopped half way (``up`` calls it itself when it fails). The link is shaped and measured
+by :mod:`app_api.lab.shaping`; the hosts' CPU quotas are checked here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,13 +18,12 @@ from app_api import fsutil
 from app_api.devices.registry import known_hosts_path
 from app_api.lab import cgroup, links, network, pacer, sshd
 from app_api.lab import state as lab_state
-from app_api.lab.lock import WAIT_S, link_lock
-from app_api.lab.probe import measure_link
-from app_api.lab.registry_link import register_hosts, unregister_hosts
-from app_api.lab.state import host_entry, load_state, new_state, remove_state, save_state
-from app_api.lab.system import logged, pid_alive, require_root, stop_pid
-from app_api.units import format_rate
-from experiment_design.errors import TracrError
+from app_api.lab.registry_link import register_hosts
+from app_api.lab.shaping import apply_request, link_request, request_spec
+from app_api.lab.state import host_entry, load_state, new_state, save_state
+from app_api.lab.system import logged, pid_alive, require_root
+from app_api.lab.teardown import down
+from experiment_design.errors import TracrError, UnknownNameError
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +43,6 @@ def parse_quotas(
     out: dict[str, float] = {}
     for name, value in pairs:
         if name not in valid:
-            from experiment_design.errors import UnknownNameError
-
             raise UnknownNameError("lab host", name, valid, hint="quotas look like lab-1=0.25")
         try:
             fraction = float(value)
@@ -100,7 +90,8 @@ def up(
     time, checked every ``cpu_period_ms`` (1 ms by default) with no saving up, so it is
     evenly slow; see ``app_api.lab.pacer``).
 
-    ``link_args`` shape the links beyond rate and delay (:func:`link_request`: ``jitter``,
+    ``link_args`` shape the links beyond rate and delay
+    (:func:`app_api.lab.shaping.link_request`: ``jitter``,
     ``jitter_dist``, ``loss``, ``loss_model``, ``queue``, ``trace``, ``link_mode``,
     ``overrides``); the mechanism (tbf, netem or the user-space emulator) is chosen by
     :func:`app_api.lab.links.choose_mechanism`.
@@ -129,7 +120,7 @@ def up(
         )  # fails early with a hint when there is no cpu controller
     sshd.sshd_binary()
     request = link_request(bandwidth, delay_ms, **link_args)
-    spec, mode = _link_spec(request, [f"lab-{i}" for i in range(1, int(hosts) + 1)])
+    spec, mode = request_spec(request, [f"lab-{i}" for i in range(1, int(hosts) + 1)])
     links.choose_mechanism(spec, mode)  # fails early (e.g. netem asked on a kernel without)
     _refuse_if_up()
 
@@ -144,7 +135,7 @@ def up(
     save_state(state)
     try:
         _build(state, int(hosts), quotas, say, period, pin, duty)
-        _apply(state, request, verify, say)
+        apply_request(state, request, verify, say)
         state["complete"] = True
         save_state(state)
     except BaseException:
@@ -307,177 +298,6 @@ def _start_pacer(state: dict, period: int, say) -> None:
         + f" of CPU time, checked every {period / 1000:g} ms")
 
 
-def _stop_pacers(namespaces: set[str]) -> list[int]:
-    """Stop the lab's pacer(s) and continue every process in ``namespaces`` (one may have
-    been left stopped by a pacer that was killed)."""
-    stopped = [p for p in pacer.find(lab_state.state_path()) if stop_pid(p, timeout=3.0)]
-    pacer.continue_pids(sorted(p for ns in namespaces for p in network.ns_pids(ns)))
-    return stopped
-
-
-def link_request(bandwidth=None, delay_ms=None, *, jitter=None, jitter_dist: str = "uniform",
-                 loss=None, loss_model: str | None = None, queue=None, trace: str | None = None,
-                 link_mode: str = "auto", overrides: dict | None = None) -> dict:
-    """The lab's link as asked (recorded in the state, so a run can put it back).
-
-    ``overrides``: ``{"lab-2:down": {"delay": "5ms", ...}}``, per host and direction.
-    """
-    return {"bandwidth": None if bandwidth in (None, "") else str(bandwidth),
-            "delay_ms": links.parse_ms(delay_ms, "delay") or None, "jitter": jitter,
-            "jitter_dist": jitter_dist, "loss": loss, "loss_model": loss_model, "queue": queue,
-            "trace": trace, "link_mode": link_mode or "auto", "overrides": overrides or {}}
-
-
-def _link_spec(request: dict, hosts: list[str]) -> tuple[dict, str]:
-    keys = ("bandwidth", "jitter", "jitter_dist", "loss", "loss_model", "queue", "trace")
-    egress = links.direction_config(delay=request.get("delay_ms"),
-                                    **{k: request.get(k) for k in keys if k in request})
-    overrides = {}
-    for where, values in (request.get("overrides") or {}).items():
-        host, _, direction = where.partition(":")
-        unknown = sorted(set(values) - {*keys, "delay"})
-        if unknown:
-            raise TracrError(f"--link {where}: unknown key {unknown[0]!r}",
-                             hint="keys: bandwidth, delay, jitter, jitter_dist, loss, "
-                             "loss_model, queue, trace")
-        overrides[(host, direction or "up")] = links.direction_config(**values)
-    return links.link_spec(hosts, egress, overrides), request.get("link_mode") or "auto"
-
-
-def _apply(state: dict, request: dict, verify: bool, say) -> None:
-    spec, mode = _link_spec(request, [h["name"] for h in state["hosts"]])
-    mechanism = links.apply(state, spec, mode, say)
-    egress = spec[state["hosts"][0]["name"]]["up"]
-    state["shaping"] = {
-        "bandwidth": request.get("bandwidth"),
-        "bandwidth_Bps": egress.rate_Bps,
-        "delay_ms": request.get("delay_ms"),
-        "qdisc": mechanism,
-        "mechanism": mechanism,
-        "request": request,
-        "where": "egress of every host (namespace end of its veth)"
-        + ("; per-host overrides in links" if request.get("overrides") else ""),
-    }
-    state["measured"] = {}
-    state.pop("verify", None)  # a new link: the last verify no longer holds
-    save_state(state)
-    if mechanism:
-        say(f"shaping: {mechanism} " + ", ".join(
-            f"{h['name']} {links.describe(spec[h['name']]['up'])}" for h in state["hosts"]))
-    if verify:
-        state["measured"] = verify_link(state)
-        m = state["measured"]
-        say(
-            f"measured {m['src']} -> {m['dst']}: {format_rate(m['rate_Bps'])}, rtt {m['rtt_ms']:.3f} ms"
-        )
-        save_state(state)
-
-
-def verify_link(state: dict) -> dict:
-    """Measure rate and round trip between the first two hosts (or host 1 -> observer)."""
-    hosts = state["hosts"]
-    shaped = state.get("shaping", {}).get("bandwidth_Bps")
-    seconds = 2.0 if shaped else 1.0
-    if shaped and shaped < 200_000:
-        seconds = 4.0  # slow links need longer for the steady state to dominate
-    src = hosts[0]
-    if len(hosts) >= 2:
-        dst_name, dst_ns, dst_addr = hosts[1]["name"], hosts[1]["ns"], hosts[1]["address"]
-    else:
-        dst_name, dst_ns, dst_addr = "observer", None, state["bridge_address"]
-    result = measure_link(src["ns"], dst_ns, dst_addr, seconds=seconds)
-    # A shaped link cannot beat its rate, but a stalled machine can read far below it for
-    # a whole probe. Probe again (twice at most) and keep the fastest reading, so one
-    # stall does not hand the partitioners a wrong link; every reading is recorded.
-    readings = [round(result["rate_Bps"])]
-    while shaped and result["rate_Bps"] < 0.7 * shaped and len(readings) < 3:
-        again = measure_link(src["ns"], dst_ns, dst_addr, seconds=seconds)
-        readings.append(round(again["rate_Bps"]))
-        if again["rate_Bps"] > result["rate_Bps"]:
-            result = again
-    result["rate_readings_Bps"] = readings
-    result.update(
-        src=src["name"], dst=dst_name, seconds=seconds, at=time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    )
-    if shaped:
-        result["rate_ratio"] = round(result["rate_Bps"] / shaped, 4)
-    return result
-
-
-def shape(
-    bandwidth: str | float | None = None,
-    delay_ms: float | None = None,
-    *,
-    verify: bool = True,
-    say=lambda m: None,
-    wait_s: float = WAIT_S,
-    **link_args,
-) -> dict:
-    """Re-shape the running lab (None/None removes shaping) and re-measure; returns link_report().
-
-    ``link_args`` as for :func:`up`; one not given keeps the lab's current value (``tracr
-    lab shape`` gives them all). Holds the lab link's lock
-    (:func:`app_api.lab.lock.link_lock`) while it shapes and measures; another holder is
-    waited for at most ``wait_s`` seconds.
-    """
-    require_root()
-    state = load_state()
-    if not state or not state.get("hosts"):
-        raise TracrError(
-            "no tracr lab is up", hint="start one: tracr lab up --hosts 2 --bandwidth 4MB/s"
-        )
-    # what is not given is kept (a run that re-shapes the rate keeps the lab's loss model)
-    current = (state.get("shaping") or {}).get("request") or {}
-    for key in ("jitter", "jitter_dist", "loss", "loss_model", "queue", "trace", "link_mode",
-                "overrides"):
-        if key not in link_args and key in current:
-            link_args[key] = current[key]
-    request = link_request(bandwidth, delay_ms, **link_args)
-    spec, mode = _link_spec(request, [h["name"] for h in state["hosts"]])
-    links.choose_mechanism(spec, mode)
-    with link_lock(wait_s):
-        state = load_state() or state  # re-read: another shaper may have finished meanwhile
-        _apply(state, request, verify, say)
-    return link_report()
-
-
-def link_report() -> dict:
-    """The lab link as configured and as measured ({} when no lab is up).
-
-    Top-level ``bandwidth_Bps``/``rtt_ms`` are the measured figures (the shape partitioners
-    expect); ``configured`` and ``measured`` hold the details.
-    """
-    state = load_state()
-    if not state:
-        return {}
-    measured = dict(state.get("measured") or {})
-    return {
-        "lab": True,
-        "hosts": [h["name"] for h in state["hosts"]],
-        "bandwidth_Bps": measured.get("rate_Bps"),
-        "rtt_ms": measured.get("rtt_ms"),
-        "configured": dict(state.get("shaping") or {}),
-        "measured": measured,
-        # per host and direction, and the last `tracr lab verify` (a run records both)
-        "links": state.get("links"),
-        "verify": state.get("verify"),
-        "cpu": {
-            h["name"]: {
-                "quota": h.get("cpu_quota"),
-                "measured": h.get("cpu_measured"),
-                "mode": h.get("cpu_mode", "quota"),
-                # labs brought up before the period was recorded used the old 100 ms default
-                "period_us": h.get("cpu_period_us", 100_000),
-                **({"measured_together": h["cpu_measured_together"]}
-                   if h.get("cpu_measured_together") is not None else {}),
-            }
-            for h in state["hosts"]
-            if h.get("cpu_quota") is not None
-        },
-        "cpus": {h["name"]: h.get("cpus") for h in state["hosts"]},
-    }
-
-
 def status() -> dict | None:
     """The state plus live checks (sshd alive, namespace present), for ``tracr lab ls``."""
     state = load_state()
@@ -492,138 +312,3 @@ def status() -> dict | None:
     if state.get("emulator"):
         state["emulator"]["alive"] = links.emulator_alive(state)
     return state
-
-
-def down(*, say=lambda msg: None) -> dict:
-    """Remove everything the lab created and can prove is its own (idempotent).
-
-    Returns what was removed, by kind; ``removed["refused"]`` lists what was not trusted
-    (a forged or tampered state file, an older version's state in the user's directory).
-    """
-    require_root()
-    refused: list[str] = []
-    try:
-        state = load_state()
-    except TracrError as exc:
-        refused.append(str(exc))
-        state = None  # unreadable: fall back to finding things by name
-    if state is not None:
-        problems = lab_state.validate_state(state, known_hosts_path())
-        if problems:
-            refused.append(
-                f"the lab state file {lab_state.state_path()} is not what 'lab up' writes for "
-                f"this user ({'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}): "
-                "a lab started with another TRACR_CONFIG_DIR, or a tampered file; it was "
-                "ignored and only what is found by the lab's own names was removed"
-            )
-            state = None
-    state = state or new_state()
-    removed: dict[str, list] = {
-        k: []
-        for k in ("processes", "namespaces", "links", "cgroups", "registry", "known_hosts", "files")
-    }
-
-    namespaces = {h["ns"] for h in state["hosts"] if h.get("ns")} | set(network.list_namespaces())
-    removed["processes"].extend(_stop_pacers(namespaces))
-    removed["processes"].extend(links.stop_emulator(state))
-    for h in state["hosts"]:
-        pid = h.get("sshd_pid")
-        if pid and _our_sshd(h) and stop_pid(pid):
-            removed["processes"].append(pid)
-    for ns in sorted(namespaces):
-        # Only processes inside our own namespaces: sessions, participants, probes.
-        for pid in network.ns_pids(ns):
-            if stop_pid(pid, timeout=3.0):
-                removed["processes"].append(pid)
-    for ns in sorted(namespaces):
-        if network.delete_namespace(ns):
-            removed["namespaces"].append(ns)
-    devices = {h.get("veth_host") for h in state["hosts"]} | set(network.list_links())
-    devices.discard(None)
-    for link in sorted(devices, key=lambda x: x == network.BRIDGE):  # bridge last
-        if network.delete_link(link):
-            removed["links"].append(link)
-    if network.delete_link(network.BRIDGE):
-        removed["links"].append(network.BRIDGE)
-
-    groups = {h.get("cgroup") for h in state["hosts"] if h.get("cgroup")} | _our_cgroups()
-    for path in sorted(groups):
-        if cgroup.remove(path):
-            removed["cgroups"].append(path)
-
-    removed["registry"] = unregister_hosts(state)
-    removed["known_hosts"] = _forget_host_keys(state, refused)
-    removed["files"] = _remove_files(refused)
-    removed["refused"] = refused
-    for kind, items in removed.items():
-        if items and kind != "refused":
-            say(f"removed {kind}: {', '.join(map(str, items))}")
-    return removed
-
-
-def _our_sshd(h: dict) -> bool:
-    """True if host ``h``'s recorded sshd PID still is the sshd we started in its namespace
-    (a reused PID, or a PID written into the state by someone else, is never killed)."""
-    try:
-        want = lab_state.expected_host(h.get("name"))
-    except ValueError:
-        return False
-    pid = h.get("sshd_pid")
-    return (
-        h.get("ns") == want["ns"]
-        and pid in network.ns_pids(want["ns"])
-        and sshd.is_our_sshd(pid, want["sshd_config"], want["sshd_log"])
-    )
-
-
-def _forget_host_keys(state: dict, refused: list[str]) -> list[str]:
-    """Drop the lab's host keys from tracr's known_hosts (recorded lines, else the subnet's)."""
-    path = known_hosts_path()
-    recorded = {line.split()[0] for line in state.get("known_hosts_lines") or []}
-    subnet = {f"{network.SUBNET_PREFIX}.{i + 1}" for i in range(1, network.MAX_HOSTS + 1)}
-    hosts = recorded or subnet
-    try:
-        if sshd.remove_known_hosts(path, hosts):
-            return sorted(recorded) if recorded else [f"{network.SUBNET_PREFIX}.*"]
-    except (OSError, TracrError) as exc:
-        refused.append(f"could not edit {path}: {exc}")
-    return []
-
-
-def _remove_files(refused: list[str]) -> list[str]:
-    """Remove the lab's root directory and, from the user's lab dir, only the files tracr
-    writes there (by name; links are removed, never followed)."""
-    removed: list[str] = []
-    root = lab_state.lab_dir()
-    if os.path.lexists(root):
-        remove_state()
-        if root.is_symlink():
-            os.unlink(root)
-        else:
-            shutil.rmtree(root, ignore_errors=True)  # fd-based: links inside are not followed
-        removed.append(str(root))
-    user_dir = lab_state.client_dir()
-    legacy = [p for p in lab_state.legacy_files() if os.path.lexists(p)]
-    if any(p.name == "state.json" for p in legacy):
-        refused.append(f"an older tracr's lab state {user_dir / 'state.json'} was not trusted "
-                       "(it sits in a directory you can write); it was deleted")
-    key = lab_state.client_key_path()
-    for path in [key, key.with_name(key.name + ".pub"), *legacy]:
-        if fsutil.unlink(path):
-            removed.append(str(path))
-    for sub in {p.parent for p in legacy if p.parent != user_dir}:
-        with contextlib.suppress(OSError):
-            os.rmdir(sub)
-    with contextlib.suppress(OSError):
-        if os.path.isdir(user_dir) and not os.path.islink(user_dir):
-            os.rmdir(user_dir)  # only when empty: what else the user keeps there stays
-            removed.append(str(user_dir))
-    return removed
-
-
-def _our_cgroups() -> set[str]:
-    out: set[str] = set()
-    for base in (cgroup.CGROUP_ROOT / "cpu", cgroup.CGROUP_ROOT):
-        if base.is_dir():
-            out |= {str(p) for p in base.glob(f"{network.NS_PREFIX}*") if p.is_dir()}
-    return out

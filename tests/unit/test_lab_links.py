@@ -128,15 +128,15 @@ def test_a_goodput_read_low_is_measured_again_and_the_best_kept():
 
 
 def test_per_host_overrides_from_a_request():
-    from app_api.lab import lifecycle
+    from app_api.lab import shaping
 
-    request = lifecycle.link_request("16Mbit", "20ms", loss="1%",
-                                     overrides={"lab-2:down": {"delay": "5ms", "loss": "2%"}})
-    spec, mode = lifecycle._link_spec(request, ["lab-1", "lab-2"])
+    request = shaping.link_request("16Mbit", "20ms", loss="1%",
+                                   overrides={"lab-2:down": {"delay": "5ms", "loss": "2%"}})
+    spec, mode = shaping.request_spec(request, ["lab-1", "lab-2"])
     assert mode == "auto"
     assert spec["lab-1"]["up"].delay_ms == 20 and spec["lab-1"]["up"].loss == 0.01
     assert spec["lab-2"]["down"].delay_ms == 5 and spec["lab-2"]["down"].loss == 0.02
     assert spec["lab-1"]["down"].is_empty()
-    bad = lifecycle.link_request(overrides={"lab-2:down": {"latency": "5ms"}})
+    bad = shaping.link_request(overrides={"lab-2:down": {"latency": "5ms"}})
     with pytest.raises(TracrError, match="unknown key 'latency'"):
-        lifecycle._link_spec(bad, ["lab-1", "lab-2"])
+        shaping.request_spec(bad, ["lab-1", "lab-2"])
