@@ -17,15 +17,24 @@ import io
 import json
 import os
 import secrets
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from app_api.fsutil import atomic_write, user_owned
 from experiment_design.errors import TracrError
-from experiment_design.protocol import INFER_COLUMNS, LAYER_COLUMNS
+from experiment_design.protocol import (
+    CONFIG_COLUMNS,
+    INFER_COLUMNS,
+    LAYER_COLUMNS,
+    STAGE_COLUMNS,
+    ConfigRecord,
+)
 
+# the records' columns are the protocol's (experiment_design.protocol.records), named here too
 __all__ = ["CONFIGS_FILE", "CONFIG_COLUMNS", "CONFIG_MODES", "INFER_COLUMNS", "LAYER_COLUMNS",
+           "STAGE_COLUMNS",
            "ResultsWriteError", "RunWriter", "claim_run_dir", "complete_rows", "config_label",
            "find_run", "list_runs", "load_summary", "new_run_id", "prepare_resume", "read_configs",
            "read_csv", "results_root", "safe_cell"]
@@ -53,36 +62,14 @@ CONFIGS_FILE = "configs.csv"
 RUN_FILES = ("summary.json", "inferences.csv", "layers.csv", "manifest.yaml", "group.json",
              CONFIGS_FILE)
 
-#: configs.csv, one row per measured configuration of a pipeline sweep (a chain of stages cut
-#: at ``cuts``, run in one mode at one bandwidth). ``inferences`` counts the inferences
-#: attempted, failed ones (``errors``) included; timings and rates are over the successful
-#: ones; ``bytes_per_inference`` is the encoded bytes crossing every link of the chain for one
-#: inference; ``bound_per_s`` is the throughput the slowest stage allows; the ``predicted_``
-#: columns are empty when nothing predicted the configuration.
-CONFIG_COLUMNS = [
-    "config", "cuts", "chain", "mode", "bandwidth", "batch", "in_flight", "inferences", "items",
-    "errors", "throughput_per_s", "items_per_s", "latency_ms_p50", "latency_ms_p95",
-    "latency_ms_mean", "bound_per_s", "bytes_per_inference", "predicted_throughput_per_s",
-    "predicted_latency_ms",
-]
-#: stages.csv, one row per stage of each inference of a chain: the stage's layers (first..last),
-#: how many inferences waited in its queue when this one arrived, its durations, the bytes it
-#: sent on (and of those, forwarded unchanged: long skip connections), and its times in ms on
-#: its own clock (``t_*``; one clock for every host of the lab)
-STAGE_COLUMNS = [
-    "inference", "config", "mode", "hop", "instance", "first", "last", "queue", "decode_ms",
-    "compute_ms", "cpu_ms", "encode_ms", "send_ms", "bytes_out", "forwarded_bytes",
-    "t_arrive_ms", "t_start_ms", "t_end_ms", "t_sent_ms", "error",
-]
 STAGES_FILE = "stages.csv"
 #: throughput: several inferences in flight; latency: one at a time; single: one participant,
 #: no cut (the baseline a chain is compared with)
 CONFIG_MODES = ("throughput", "latency", "single")
-_CONFIG_INTS = frozenset({"batch", "in_flight", "inferences", "items", "errors"})
-_CONFIG_FLOATS = frozenset({
-    "throughput_per_s", "items_per_s", "latency_ms_p50", "latency_ms_p95", "latency_ms_mean",
-    "bound_per_s", "bytes_per_inference", "predicted_throughput_per_s", "predicted_latency_ms",
-})
+#: how configs.csv's number columns read back: as ConfigRecord declares them
+_CONFIG_INTS = frozenset(k for k, t in typing.get_type_hints(ConfigRecord).items() if t is int)
+_CONFIG_FLOATS = frozenset(k for k, t in typing.get_type_hints(ConfigRecord).items()
+                           if t is float)
 #: the label of a configuration with no cut (the whole model on one participant)
 UNSPLIT = "unsplit"
 

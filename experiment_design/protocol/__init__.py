@@ -30,10 +30,10 @@ control call takes at most one argument and answers one JSON document::
     shutdown()                               "bye"
 
 JSON strings stay the wire format because rpyc passes lists and dicts by
-reference (every access a round trip) and pickle is off. The inference and
-layer records that ``poll`` carries have their columns defined here once
-(:data:`INFER_COLUMNS`, :data:`LAYER_COLUMNS`, :data:`METRIC_COLUMNS`); the results
-store writes them.
+reference (every access a round trip) and pickle is off. The records that
+``poll`` carries have their columns defined here once (:data:`INFER_COLUMNS`,
+:data:`LAYER_COLUMNS`, :data:`METRIC_COLUMNS`, :data:`STAGE_COLUMNS`,
+:data:`CONFIG_COLUMNS`); the results store writes them.
 
 The package holds one module per job, and this one names them all:
 :mod:`~experiment_design.protocol.wire` (the ready line, the heartbeat, the JSON form of
@@ -57,13 +57,17 @@ from experiment_design.protocol.measurements import (
     partition_context,
 )
 from experiment_design.protocol.records import (
+    CONFIG_COLUMNS,
     INFER_COLUMNS,
     LAYER_COLUMNS,
     METRIC_COLUMNS,
+    STAGE_COLUMNS,
+    ConfigRecord,
     InferenceRecord,
     LayerRecord,
     MetricSample,
     SamplerFacts,
+    StageRecord,
 )
 from experiment_design.protocol.setup import (
     DatasetConfig,
@@ -109,6 +113,8 @@ __all__ = [
     "Admission",
     "AdmittedPartner",
     "BYE",
+    "CONFIG_COLUMNS",
+    "ConfigRecord",
     "DataAddress",
     "DatasetConfig",
     "Environment",
@@ -135,9 +141,11 @@ __all__ = [
     "ProtocolError",
     "READY_PREFIX",
     "Ready",
+    "STAGE_COLUMNS",
     "SamplerFacts",
     "SetupConfig",
     "SetupInfo",
+    "StageRecord",
     "TaskStart",
     "TaskStarted",
     "TransportConfig",

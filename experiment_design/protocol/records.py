@@ -1,5 +1,6 @@
-"""The records ``poll()`` carries, one row of a results file each: their columns,
-defined once, in file order."""
+"""The records ``poll()`` carries, one row of a results file each (``inferences.csv``,
+``layers.csv``, ``metrics.csv``, ``stages.csv``, ``configs.csv``): their columns, defined
+once, in file order."""
 
 from __future__ import annotations
 
@@ -92,6 +93,70 @@ class SamplerFacts(TypedDict, total=False):
     dropped: int  # samples lost (a failed read, or more than a poll's worth waiting)
 
 
+class StageRecord(TypedDict, total=False):
+    """One stage of one inference of a chain, one row of ``stages.csv``: the stage's layers
+    (``first``..``last``), how many inferences waited in its queue when this one arrived,
+    its durations, the bytes it sent on (and of those, forwarded unchanged: long skip
+    connections), and its times in ms on its own clock (``t_*``; one clock for every host
+    of the lab)."""
+
+    inference: int
+    config: str
+    mode: str
+    hop: int
+    instance: str  # the stage (else set by the observer)
+    first: int
+    last: int
+    queue: int
+    decode_ms: float
+    compute_ms: float
+    cpu_ms: float
+    encode_ms: float
+    send_ms: float
+    bytes_out: int
+    forwarded_bytes: int
+    t_arrive_ms: float
+    t_start_ms: float
+    t_end_ms: float
+    t_sent_ms: float
+    error: str
+
+
+class ConfigRecord(TypedDict, total=False):
+    """One measured configuration of a pipeline sweep (a chain of stages cut at ``cuts``,
+    run in one mode at one bandwidth), one row of ``configs.csv``.
+
+    ``inferences`` counts the inferences attempted, failed ones (``errors``) included;
+    timings and rates are over the successful ones; ``bytes_per_inference`` is the encoded
+    bytes crossing every link of the chain for one inference; ``bound_per_s`` is the
+    throughput the slowest stage allows; the ``predicted_`` columns are empty when nothing
+    predicted the configuration. A participant's row may carry more beside the columns
+    (``stages``: the per-stage prediction and measurement; ``llm``: a generation's
+    figures), which the observer puts in the summary, not in the file."""
+
+    config: str  # the cuts' label (``8/40``; ``unsplit``), derived by the store
+    cuts: list[int] | str  # written joined with ";"
+    chain: list[str] | str  # written joined with ";"
+    mode: str
+    bandwidth: str | None  # the shaped link's rate (``"8MB/s"``); None: unshaped
+    batch: int
+    in_flight: int
+    inferences: int
+    items: int
+    errors: int
+    throughput_per_s: float
+    items_per_s: float
+    latency_ms_p50: float
+    latency_ms_p95: float
+    latency_ms_mean: float
+    bound_per_s: float
+    bytes_per_inference: float
+    predicted_throughput_per_s: float
+    predicted_latency_ms: float
+
+
 INFER_COLUMNS: list[str] = list(InferenceRecord.__annotations__)
 LAYER_COLUMNS: list[str] = list(LayerRecord.__annotations__)
 METRIC_COLUMNS: list[str] = list(MetricSample.__annotations__)
+STAGE_COLUMNS: list[str] = list(StageRecord.__annotations__)
+CONFIG_COLUMNS: list[str] = list(ConfigRecord.__annotations__)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from experiment_design.protocol.records import (
+    ConfigRecord,
     InferenceRecord,
     LayerRecord,
     MetricSample,
     SamplerFacts,
+    StageRecord,
 )
 from experiment_design.protocol.wire import Message
 
@@ -50,8 +52,8 @@ class PollReply(Message):
     records: list[InferenceRecord] = field(default_factory=list)
     layers: list[LayerRecord] = field(default_factory=list)
     #: per-stage rows of chain inferences, and measured configurations (pipelines)
-    stages: list[dict] = field(default_factory=list)
-    configs: list[dict] = field(default_factory=list)
+    stages: list[StageRecord] = field(default_factory=list)
+    configs: list[ConfigRecord] = field(default_factory=list)
     error: str | None = None
     logs: list[dict] = field(default_factory=list)
     #: the partitioner's decision once the task ended (an adaptive one's final word)

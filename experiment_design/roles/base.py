@@ -27,6 +27,7 @@ from experiment_design.protocol import (
     ACK,
     BYE,
     Admission,
+    ConfigRecord,
     DataAddress,
     Environment,
     GraphPlan,
@@ -40,6 +41,7 @@ from experiment_design.protocol import (
     ProfileParams,
     SetupConfig,
     SetupInfo,
+    StageRecord,
     TaskStart,
     TaskStarted,
     Warmup,
@@ -112,8 +114,8 @@ class ParticipantService(rpyc.Service):
         self.setup_info: SetupInfo | None = None
         self._records: list[InferenceRecord] = []
         self._layers: list[LayerRecord] = []
-        self._stages: list[dict] = []
-        self._configs: list[dict] = []
+        self._stages: list[StageRecord] = []
+        self._configs: list[ConfigRecord] = []
         self._task_thread: threading.Thread | None = None
         self._state = "idle"
         self._task_name: str | None = None
@@ -159,12 +161,12 @@ class ParticipantService(rpyc.Service):
             self._records.append(row)
             self._layers.extend(layers)
 
-    def emit_stages(self, rows: list[dict]) -> None:
+    def emit_stages(self, rows: list[StageRecord]) -> None:
         """Queue per-stage rows of one inference of a chain (``stages.csv``)."""
         with self._lock:
             self._stages.extend(rows)
 
-    def emit_config(self, row: dict) -> None:
+    def emit_config(self, row: ConfigRecord) -> None:
         """Queue the summary of one measured configuration of a chain (``configs.csv``)."""
         with self._lock:
             self._configs.append(row)

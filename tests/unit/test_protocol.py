@@ -93,7 +93,13 @@ def test_closed_messages_refuse_unknown_fields_and_open_ones_keep_them():
 
 
 def test_inference_columns_are_defined_once():
+    from app_api.results import store
+
     assert STORE_INFER_COLUMNS is INFER_COLUMNS
+    for name in ("INFER_COLUMNS", "LAYER_COLUMNS", "STAGE_COLUMNS", "CONFIG_COLUMNS"):
+        assert getattr(store, name) is getattr(protocol, name), name
+    assert protocol.STAGE_COLUMNS[:4] == ["inference", "config", "mode", "hop"]
+    assert protocol.CONFIG_COLUMNS[:4] == ["config", "cuts", "chain", "mode"]
     assert INFER_COLUMNS[0] == "inference" and INFER_COLUMNS[-1] == "error"
     assert protocol.LAYER_COLUMNS == ["inference", "instance", "side", "index", "name", "type",
                                       "ms"]
