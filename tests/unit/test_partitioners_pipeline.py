@@ -585,7 +585,7 @@ def test_the_cpu_a_byte_costs_is_fitted_across_the_probe_routes():
     crosses) and fits each member's fixed CPU and one per-byte slope. Measured in the lab
     (AlexNet, 32 MB/s): the head spent 1.22 ms beside its layers sending 260 KB and 0.43
     ms sending 16 KB, where the link probe's 0.5-1.5 ns/B would put 0.1-0.4 ms on 260 KB."""
-    from experiment_design.roles.edge import fit_overheads, moved_bytes
+    from experiment_design.roles.chain_probes import fit_overheads, moved_bytes
     from experiment_design.runtime.chain import Route
 
     truth = {"head": 0.3, "mid": 0.9, "last": 0.6}
