@@ -8,6 +8,10 @@ The observer drives it: hello, setup, connect_partners, warmup,
 start_task / poll, shutdown. Roles extend it through plain hooks
 (``on_setup``, ``on_connect_partners``, ``data_address``, ``probe_link``,
 ``warmup``, ``prepare_partitioner``), never by overriding an exposed method.
+
+The split engine and the transport load torch, so they are imported inside the hooks
+that use them: the observer imports the roles to check a manifest, and ``tracr`` starts
+without torch.
 """
 
 from __future__ import annotations
@@ -48,8 +52,13 @@ from experiment_design.protocol import (
     WarmupDone,
     Wiring,
 )
+from experiment_design.roles.inputs import example_of, preload_inputs
+from experiment_design.roles.profiling import profile_split_model
 from experiment_design.runtime import heap
 from experiment_design.runtime.control import control
+from experiment_design.runtime.environment import describe
+from experiment_design.runtime.sampler import start_sampler
+from experiment_design.tasks import create_task
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +222,7 @@ class ParticipantService(rpyc.Service):
                      prepared["ms"])
         if self.needs_dataset and config.dataset:
             self.inputs = [(x.to(self.device), label, item)
-                           for x, label, item in self._load_inputs(config)]
+                           for x, label, item in preload_inputs(config)]
         self.codec = codec_of(config)
         self.data_secret = bytes.fromhex(config.data_secret)
         sm = self.split_model
@@ -242,41 +251,10 @@ class ParticipantService(rpyc.Service):
         except TracrError as exc:
             raise TracrError(f"{self.instance}: {exc}", hint=exc.hint) from None
 
-    def _load_inputs(self, config: SetupConfig) -> list[tuple[Any, Any, str]]:
-        """Preload every dataset item (batched) so no I/O happens while measuring."""
-        import torch
-
-        from experiment_design.datasets import create_dataset
-        from experiment_design.models import get_model_spec
-
-        ds_cfg = config.dataset
-        spec = get_model_spec(config.model.name)
-        ds = create_dataset(
-            ds_cfg.name,
-            input_shape=tuple(spec.input_shape),
-            seed=int(config.seed),
-            **(ds_cfg.params or {}),
-        )
-        if len(ds) == 0:
-            raise TracrError(f"Dataset '{ds_cfg.name}' is empty.")
-        batch = int(config.model.batch or 1)
-        items = [ds[i] for i in range(len(ds))]
-        out = []
-        for start in range(0, len(items), batch):
-            group = items[start : start + batch]
-            while len(group) < batch:  # pad the last batch by cycling
-                group.append(items[len(group) % len(items)])
-            x = torch.stack([g[0] for g in group]).contiguous()
-            label = group[0][1] if batch == 1 else [g[1] for g in group]
-            out.append((x, label, "+".join(str(g[2]) for g in group)))
-        return out
-
     # ----- exposed API (one JSON document in, one out; see experiment_design.protocol) --------
     @control()
     def exposed_hello(self) -> Environment:
         """Environment: versions, host, device, CPU, threads, pid, role."""
-        from experiment_design.runtime.environment import describe
-
         return Environment.from_dict(
             {**describe(self.threads), "role": self.role_name, "instance": self.instance})
 
@@ -293,8 +271,6 @@ class ParticipantService(rpyc.Service):
             # an internal figure: in the participant's log at --debug, not on the console
             log.debug("heap settled: %d objects frozen, %d left to the collector (collect "
                      "%.0f ms)", found["frozen"], found["tracked"], found["collect_ms"])
-        from experiment_design.runtime.sampler import start_sampler
-
         if self.sampler is not None:
             self.sampler.stop()
         self.sampler = start_sampler(config.settings or {}, self.device)
@@ -345,21 +321,13 @@ class ParticipantService(rpyc.Service):
         """This participant's start-up profile (see :func:`profiling.profile_split_model`):
         per-layer medians and minimums of timed full passes, plus the wall and CPU time of
         untimed full passes and the CPU quota this process runs under."""
-        from experiment_design.roles.profiling import profile_split_model
-
-        x = self.inputs[0][0] if self.inputs else self._example_input().to(self.device)
+        x = self.inputs[0][0] if self.inputs else example_of(self.config).to(self.device)
         repeats = int(params.repeats)
         return profile_split_model(
             self.split_model, x, repeats=repeats, warmup=int(params.warmup),
             full_repeats=int(params.full_repeats if params.full_repeats is not None else repeats),
             cold_repeats=int(params.cold_repeats if params.cold_repeats is not None else repeats),
             cold_gap_ms=params.cold_gap_ms, device=str(self.device), quota=params.cpu_quota)
-
-    def _example_input(self) -> Any:
-        from experiment_design.models import example_input
-
-        model = self.config.model
-        return example_input(model.name, batch=int(model.batch or 1), seed=int(self.config.seed))
 
     @control(LinkProbe)
     def exposed_probe_link(self, params: LinkProbe) -> dict | None:
@@ -394,8 +362,6 @@ class ParticipantService(rpyc.Service):
     @control(TaskStart)
     def exposed_start_task(self, spec: TaskStart) -> TaskStarted:
         """Start ``{"task": name, "params": {...}}`` in a background thread."""
-        from experiment_design.tasks import create_task
-
         with self._lock:
             if self._task_thread is not None and self._task_thread.is_alive():
                 raise TracrError(f"{self.instance}: task '{self._task_name}' is still running")
