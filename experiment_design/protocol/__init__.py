@@ -48,6 +48,8 @@ partitioner) and :mod:`~experiment_design.protocol.tasks` (tasks and polling).
 from __future__ import annotations
 
 from experiment_design.protocol.measurements import (
+    CpuQuota,
+    LinkFigures,
     LinkProbe,
     Measurements,
     PartitionerPlan,
@@ -75,11 +77,13 @@ from experiment_design.protocol.setup import (
     GraphPlan,
     ModelConfig,
     PartitionerConfig,
+    Prepared,
     SetupConfig,
     SetupInfo,
     TransportConfig,
 )
 from experiment_design.protocol.tasks import (
+    LogEntry,
     PollReply,
     PollRequest,
     TaskStart,
@@ -115,6 +119,7 @@ __all__ = [
     "BYE",
     "CONFIG_COLUMNS",
     "ConfigRecord",
+    "CpuQuota",
     "DataAddress",
     "DatasetConfig",
     "Environment",
@@ -125,7 +130,9 @@ __all__ = [
     "LAYER_COLUMNS",
     "LIVENESS_TIMEOUT_S",
     "LayerRecord",
+    "LinkFigures",
     "LinkProbe",
+    "LogEntry",
     "METRIC_COLUMNS",
     "Measurements",
     "Message",
@@ -137,6 +144,7 @@ __all__ = [
     "PartnerAddress",
     "PollReply",
     "PollRequest",
+    "Prepared",
     "ProfileParams",
     "ProtocolError",
     "READY_PREFIX",

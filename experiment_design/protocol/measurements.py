@@ -4,10 +4,31 @@ measurements and the partitioner they set up."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from experiment_design.protocol.setup import SetupInfo
 from experiment_design.protocol.wire import Message
+
+
+class CpuQuota(TypedDict, total=False):
+    """A CFS CPU quota (``roles/profiling.py``'s ``cpu_quota``): ``quota_ms`` of CPU every
+    ``period_ms``; the lab's report of a host may say more (how the share is enforced)."""
+
+    quota_ms: float
+    period_ms: float
+    fraction: float  # quota / period: the share of one core it allows
+
+
+class LinkFigures(TypedDict, total=False):
+    """What probing a link measured (``transport/probe.py``; an echo probe gives the first
+    three): its round trip, its bandwidth, and the CPU a byte costs either end."""
+
+    partner: str
+    rtt_ms: float
+    bandwidth_Bps: float
+    send_ns_per_byte: float | None
+    recv_ns_per_byte: float | None
+    samples: list[dict]  # each timed round: {"bytes", "ms"}
 
 
 @dataclass
@@ -28,7 +49,7 @@ class ProfileParams(Message):
     full_repeats: int | None = None
     cold_repeats: int | None = None
     cold_gap_ms: float | None = None
-    cpu_quota: dict | None = None
+    cpu_quota: CpuQuota | None = None
 
 
 @dataclass
@@ -68,19 +89,24 @@ class Measurements(Message):
 
     omit_none: ClassVar[bool] = True
 
+    #: start-up profiles (``roles/profiling.py``'s document: per-layer times, full passes,
+    #: CPU quota, ...) stay mappings: the profiler adds figures that partitioners read
+    #: by name, and a user's partitioner may read ones the protocol does not name
     edge_profile: dict | None = None
     cloud_profile: dict | None = None
-    network: dict | None = None
-    measured: dict | None = None
+    network: LinkFigures | None = None
+    #: measured per-split times (split -> ms) from the manifest
+    measured: dict[int | str, float] | None = None
     #: chains: each member's start-up profile, and every probed link by "from>to"
-    profiles: dict | None = None
-    links: dict | None = None
+    profiles: dict[str, dict] | None = None
+    links: dict[str, LinkFigures] | None = None
     #: the fidelity probe the head runs before the partitioner's setup (a partitioner's
-    #: ``probe_request()``), when a partitioner scored afterwards needs one
+    #: ``probe_request()``: open, each partitioner asks in its own terms), when a
+    #: partitioner scored afterwards needs one
     fidelity: dict | None = None
     #: the splits the partitioners scored afterwards choose from these measurements: a
     #: racing sweep races them beside its own contenders
-    scored_choices: list | None = None
+    scored_choices: list[int] | None = None
 
 
 @dataclass
@@ -88,8 +114,10 @@ class PartitionerPlan(Message):
     """prepare_partitioner()'s reply: the sweep's length and the partitioner's decision."""
 
     sweep_length: int | None = None
+    #: the partitioner's own account of what it chose and why (open: each says its own)
     decision: dict | None = None
-    #: the start-up fidelity probe's table, when one ran (left out of the JSON otherwise)
+    #: the start-up fidelity probe's table, when one ran (left out of the JSON otherwise;
+    #: see ``runtime/fidelity.py``)
     fidelity: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -88,7 +88,9 @@ class SamplerFacts(TypedDict, total=False):
     peak_method: str  # "VmHWM reset per sample" or "sampled VmRSS"
     cpus: int
     sampler_nice: int | None
-    energy: dict  # collector -> its info and probe: supported, or unsupported and why
+    # collector -> its info and probe: supported, or unsupported and why (open: each
+    # collector, a user's included, reports its own)
+    energy: dict
     reference: dict  # the reference workload and its timings ({"work", "runs"})
     dropped: int  # samples lost (a failed read, or more than a poll's worth waiting)
 

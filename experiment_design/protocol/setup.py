@@ -4,7 +4,7 @@ graph partners must agree on."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 from experiment_design.protocol.wire import Message
 
@@ -25,6 +25,8 @@ class Environment(Message):
     cpu_model: str = ""
     cores: int | None = None
     threads: int | None = None
+    #: the memory allocator and its settings (``runtime/allocator.py``; open: what each
+    #: allocator reports differs)
     allocator: dict = field(default_factory=dict)
     pid: int | None = None
     role: str = ""
@@ -111,6 +113,15 @@ class SetupConfig(Message):
     extra: dict = field(default_factory=dict)
 
 
+class Prepared(TypedDict):
+    """What a participant built at set-up before anything is measured: the side of every
+    cut it computes (``prefix``, ``suffix`` or None), how many cuts, and how long it took."""
+
+    side: str | None
+    splits: int
+    ms: float
+
+
 @dataclass
 class SetupInfo(Message):
     """setup()'s reply: the facts of the model as this participant built it."""
@@ -120,13 +131,15 @@ class SetupInfo(Message):
     mode: str | None = None
     n_layers: int = 0
     valid_splits: list[int] = field(default_factory=list)
+    #: the split points and the per-layer rows (``SplitModel.points`` and ``.profile()``)
+    #: as mappings: partitioners, the users' included, read them by key
     points: list[dict] = field(default_factory=list)
     profile: list[dict] = field(default_factory=list)
     inputs: int = 0
     threads: int | None = None
     device: str | None = None
-    prepared: dict | None = None
-    data_address: list | None = None  # roles with a data server (cloud)
+    prepared: Prepared | None = None
+    data_address: list | None = None  # [host, port]: roles with a data server (cloud)
     partitioner_needs: list[str] | None = None  # roles that own a partitioner (edge)
     #: the fingerprint of the graph as this participant's torch traced it, and its nodes
     #: (``split/fingerprint.py``): partners must agree on it to exchange tensors

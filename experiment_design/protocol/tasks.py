@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from experiment_design.protocol.records import (
     ConfigRecord,
@@ -15,11 +16,21 @@ from experiment_design.protocol.records import (
 from experiment_design.protocol.wire import Message
 
 
+class LogEntry(TypedDict):
+    """One log record of the participant (``runtime/logcapture.py``), shown by the observer."""
+
+    t: float  # Unix seconds
+    level: str
+    name: str
+    msg: str
+
+
 @dataclass
 class TaskStart(Message):
     """start_task(): a registered task by name, with its parameters."""
 
     task: str
+    #: the task's own parameters (open: each task declares its own)
     params: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -55,8 +66,9 @@ class PollReply(Message):
     stages: list[StageRecord] = field(default_factory=list)
     configs: list[ConfigRecord] = field(default_factory=list)
     error: str | None = None
-    logs: list[dict] = field(default_factory=list)
-    #: the partitioner's decision once the task ended (an adaptive one's final word)
+    logs: list[LogEntry] = field(default_factory=list)
+    #: the partitioner's decision once the task ended (an adaptive one's final word; open:
+    #: each partitioner says its own)
     decision: dict | None = None
     #: the metrics sampler's samples since the last poll (``runtime/sampler.py``: memory,
     #: CPU, throttling, frequency, energy readings), and its sources, energy collectors and
