@@ -29,7 +29,7 @@ from app_api.results.csvfile import (
     read_csv,
     safe_cell,
 )
-from experiment_design.errors import TracrError
+from experiment_design.errors import TracrError, UnknownNameError
 from experiment_design.protocol import (
     CONFIG_COLUMNS,
     INFER_COLUMNS,
@@ -415,8 +415,6 @@ def find_run(ref: str, root: Path | None = None) -> Path:
     if not matches:
         matches = [r for r in runs if r["experiment"] == ref]
     if not matches:
-        from experiment_design.errors import UnknownNameError
-
         raise UnknownNameError("run", ref, [r["run_id"] for r in runs] + ["last"],
                                hint="see `tracr results ls`")
     return matches[-1]["dir"]

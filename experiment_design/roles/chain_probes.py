@@ -10,6 +10,8 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
+from experiment_design.partitioners.pipeline import LinkFacts, ModelFacts, PipelineContext
+from experiment_design.partitioners.pipeline_partitioners import device_from_profile
 from experiment_design.protocol import Measurements
 from experiment_design.runtime.chain import Route
 
@@ -25,8 +27,6 @@ class ChainProbes:
         """The planner's view of the chain: each member's measured per-layer times, every
         probed link (a link probed one way stands for both: replies travel back the way
         requests came), this head as the source."""
-        from experiment_design.partitioners.pipeline import LinkFacts, ModelFacts, PipelineContext
-        from experiment_design.partitioners.pipeline_partitioners import device_from_profile
 
         layers, points = self.setup_info.profile, self.setup_info.points
         model = ModelFacts.from_rows(layers, points, batch=self.batch)

@@ -10,6 +10,7 @@ from typing import Any
 from experiment_design.errors import TracrError
 from experiment_design.partitioners import PartitionContext, create_partitioner
 from experiment_design.partitioners.bandwidth import LinkSample
+from experiment_design.partitioners.cyclic import parse_transports
 from experiment_design.protocol import (
     InferenceRecord,
     LayerRecord,
@@ -24,7 +25,16 @@ from experiment_design.protocol import (
 from experiment_design.roles.chain_probes import ChainProbes, predicted_of
 from experiment_design.roles.registry import register_role
 from experiment_design.roles.stage import ChainMember, require_channels
-from experiment_design.runtime.chain import Completed, Route
+from experiment_design.runtime.chain import ChainHead, Completed, Route
+from experiment_design.runtime.fidelity import (
+    compare,
+    probe,
+    reference_outputs,
+    spread,
+    top1s,
+    transport_label,
+)
+from experiment_design.runtime.pipestats import stage_rows, summarize, throughput_per_s
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +73,6 @@ class EdgeRole(ChainMember, ChainProbes):
         """Model, dataset and the partitioner (set up later, with its context); then the
         unsplit model's output on every preloaded input, the reference each inference's
         output is compared with (untimed: nothing is measured yet)."""
-        from experiment_design.runtime.chain import ChainHead
-        from experiment_design.runtime.fidelity import reference_outputs
 
         info = super().on_setup(config)
         p = config.partitioner or PartitionerConfig()
@@ -116,8 +124,6 @@ class EdgeRole(ChainMember, ChainProbes):
         ``splits`` or every allowed one), ``splits`` (``"all"`` or a list), ``max_splits``
         (at most that many cuts, evenly spread) and ``items`` (preloaded inputs, default 2).
         Untimed work: it runs before anything is measured."""
-        from experiment_design.partitioners.cyclic import parse_transports
-        from experiment_design.runtime.fidelity import probe, spread
 
         valid = list(self.split_model.valid_splits())
         splits = request.get("splits", "all")
@@ -206,7 +212,6 @@ class EdgeRole(ChainMember, ChainProbes):
         if record:
             self.emit_record(row, layer_rows)
             if route.k > 1:  # every stage's own times: the latency budget's parts
-                from experiment_design.runtime.pipestats import stage_rows
 
                 self.emit_stages(stage_rows(done, route.label, "latency"))
         if done.link_error:
@@ -220,7 +225,6 @@ class EdgeRole(ChainMember, ChainProbes):
         ("latency": one at a time; "throughput": up to ``in_flight`` at once). Every
         inference is recorded (``inferences.csv``, ``layers.csv``, ``stages.csv``) and the
         configuration's summary (``configs.csv``) is returned and recorded."""
-        from experiment_design.runtime.pipestats import stage_rows, summarize
 
         inputs = self.inputs
         done: list[Completed] = []
@@ -274,7 +278,6 @@ class EdgeRole(ChainMember, ChainProbes):
     def solo(self, device: str, count: int) -> dict:
         """The whole model ``count`` times on one participant alone (the single-device
         baseline): this head on its own inputs, or a partner on the input it is sent."""
-        from experiment_design.runtime.pipestats import throughput_per_s
 
         if device == self.instance:
             done = []
@@ -311,7 +314,6 @@ class EdgeRole(ChainMember, ChainProbes):
         output on the same input) the row gets ``top1_agree``, ``cosine`` and
         ``max_abs_diff``, and with real weights and a class-index label ``correct``.
         """
-        from experiment_design.runtime.fidelity import compare, top1s, transport_label
 
         sm = self.split_model
         route = c.route
@@ -345,7 +347,7 @@ class EdgeRole(ChainMember, ChainProbes):
         if route.k > 1:
             outs = [outs[k] for k in sorted(outs, key=lambda s: int(s[3:]))]
         else:
-            from experiment_design.split import flatten_output
+            from experiment_design.split import flatten_output  # loads torch (see roles/base)
 
             outs = flatten_output(outs)
         if outs:
