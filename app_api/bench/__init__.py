@@ -14,5 +14,6 @@ BENCHMARKS = {
     "quota": "how steady one CPU's compute time is, unlimited and under a CPU quota",
     "drift": "how far this machine's speed for the same work moves over minutes, per CPU",
     "preempt": "what an interruption costs a computing thread here, and what pacing costs it",
-    "llm": "a token pipeline's time per output token versus transformers' own generate",
+    "llm": "a token pipeline's time per output token versus transformers' own generate, "
+           "and lossy activations' token agreement with the unsplit model",
 }

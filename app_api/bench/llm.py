@@ -15,6 +15,15 @@ the same on the same model and prompt, in the same process, rounds alternating.
   (the instrumentation does not distort what it measures);
 - ``tokens_match``: tracr's tokens are exactly ``generate``'s.
 
+Then the fidelity of lossy activations at a cut (``--cut``, the middle layer by
+default), each method of ``--lossy`` through the transport's own codec, against the
+unsplit model over the shipped prompt set
+(:mod:`experiment_design.runtime.token_fidelity`), ``--fidelity-tokens`` tokens a
+prompt: ``<m>_token_agreement`` (teacher-forced; target >= 0.99 for int8),
+``<m>_free_agreement``, ``<m>_identical_sequences``, ``<m>_logits_cosine_mean`` /
+``_min`` and ``<m>_bytes_per_token`` beside ``fp32_bytes_per_token`` (``m``: ``fp16``,
+``int8``, ...). ``--fidelity-tokens 0`` leaves them out.
+
 Needs the optional extra (``make llm``). Example: ``tracr bench llm --json``.
 """
 
@@ -28,6 +37,9 @@ from types import SimpleNamespace
 from typing import Any
 
 TARGET = 1.05
+#: int8 activations at the cuts keep at least this token agreement
+AGREEMENT = 0.99
+_SHORT = {"float16": "fp16", "bfloat16": "bf16"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds of each")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--prompt", default=None, help="the prompt (default: the task's)")
+    p.add_argument("--cut", type=int, default=None,
+                   help="the cut for fidelity (default: the middle decoder layer)")
+    p.add_argument("--lossy", default="float16,int8",
+                   help="lossy methods at the cut, comma-separated (the transport's)")
+    p.add_argument("--fidelity-tokens", type=int, default=32,
+                   help="tokens per prompt of the fidelity set (0: no fidelity)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -92,6 +110,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # the median of each round's ratio: the two sides of a ratio ran seconds apart
     ratio = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
     match = tokens_tracr == tokens_hf
+    fidelity = _fidelity(args, model, sm.n)
+    met = {"tpot_over_generate": ratio <= TARGET, "tokens_match": match}
+    targets = {"tpot_over_generate": f"<= {TARGET}", "tokens_match": "true"}
+    if "int8_token_agreement" in fidelity:
+        met["int8_token_agreement"] = fidelity["int8_token_agreement"] >= AGREEMENT
+        targets["int8_token_agreement"] = f">= {AGREEMENT}"
     return {
         "model": args.model, "tokens": n, "rounds": int(args.rounds),
         "threads": int(args.threads), "prompt_tokens": len(ids),
@@ -101,7 +125,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ttft_ms": (figures or {}).get("ttft_ms"),
         "tpot_ms_p50": (figures or {}).get("tpot_ms_p50"),
         "tpot_ms_p99": (figures or {}).get("tpot_ms_p99"),
-        "targets": {"tpot_over_generate": f"<= {TARGET}", "tokens_match": "true"},
-        "met": {"tpot_over_generate": ratio <= TARGET, "tokens_match": match},
-        "exit_code": 0 if (ratio <= TARGET and match) else 1,
+        **fidelity,
+        "targets": targets, "met": met,
+        "exit_code": 0 if all(met.values()) else 1,
     }
+
+
+def _fidelity(args: argparse.Namespace, model: Any, n: int) -> dict[str, Any]:
+    """The lossy methods' fidelity at the cut, flat keys (see the module docstring)."""
+    from experiment_design.models.llm import prompt_ids
+    from experiment_design.runtime.token_fidelity import measure, shipped_prompts
+
+    tokens = int(args.fidelity_tokens)
+    methods = [m.strip() for m in str(args.lossy).split(",") if m.strip()]
+    if tokens <= 0 or not methods:
+        return {}
+    cut = int(args.cut) if args.cut is not None else n // 2
+    prompts = [prompt_ids(args.model, p, seed=i) for i, p in enumerate(shipped_prompts())]
+    f = measure(model, prompts, [cut], methods, tokens=tokens)
+    out: dict[str, Any] = {"fidelity_cut": cut, "fidelity_prompts": len(prompts),
+                           "fidelity_tokens": tokens,
+                           "fp32_bytes_per_token": f["fp32"]["bytes_per_token"][0]}
+    for m in methods:
+        short = _SHORT.get(m, m)
+        for key, value in f[m].items():
+            out[f"{short}_{key}"] = value[0] if key == "bytes_per_token" else value
+    return out

@@ -154,3 +154,24 @@ def test_stages_holding_only_their_own_weights_generate_the_unsplit_models_token
         middle._run(1, n - 1, {"h": torch.zeros(1, 1, 64), "seq": 1, "pos": 0}, timed=False)
     with pytest.raises(TracrError, match="not layers 1..2 with the embedding"):
         middle._run(0, 2, {"ids": [1], "seq": 1, "pos": 0}, timed=False)
+
+
+def test_token_fidelity_of_lossy_activations_at_the_cuts():
+    from experiment_design.runtime.token_fidelity import measure, shipped_prompts
+
+    assert len(shipped_prompts()) >= 8  # the fixed set ships with the package
+    model = tiny("llama")
+    prompts = [PROMPT, [9, 8, 7, 6, 5]]
+    f = measure(model, prompts, [3], ["float16", "int8"], tokens=6)
+    hidden = 64
+    assert f["fp32"] == {"bytes_per_token": [hidden * 4], "token_agreement": 1.0}
+    assert f["float16"]["bytes_per_token"] == [hidden * 2]
+    # int8: a byte a value, and a scale and zero point (5 bytes) per group of values
+    from experiment_design.split.decoder import GROUP
+
+    assert f["int8"]["bytes_per_token"] == [hidden + 5 * hidden // GROUP]
+    for method in ("float16", "int8"):
+        g = f[method]
+        assert 0 <= g["free_agreement"] <= 1 and 0 <= g["identical_sequences"] <= 1
+        assert g["logits_cosine_min"] <= g["logits_cosine_mean"] <= 1 + 1e-6
+    assert f["float16"]["logits_cosine_min"] > 0.999
