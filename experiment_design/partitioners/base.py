@@ -22,7 +22,9 @@ class PartitionContext:
     """Everything a partitioner may look at: the model as the head built it (``info``, its
     :class:`~experiment_design.protocol.SetupInfo`) and what the observer measured for the
     partitioner's :attr:`Partitioner.needs` (``measurements``, a
-    :class:`~experiment_design.protocol.Measurements`), both held as they arrived.
+    :class:`~experiment_design.protocol.Measurements`), both held as messages: each
+    context has its own shallow copy of the two, so setting an attribute of one context
+    (``dataclasses.replace`` makes another) changes no other.
 
     A partitioner reads them through attributes: ``layers`` are ``SplitModel.profile()``
     rows, ``points`` the split points (index, layer, crossing_bytes, valid, ...),
@@ -56,7 +58,8 @@ class PartitionContext:
                                      ("cloud_profile", cloud_profile), ("network", network),
                                      ("measured", measured),
                                      ("scored_choices", scored_choices)) if v is not None}
-        # a keyword given beside a message overrides it in a copy (dataclasses.replace)
+        # a shallow copy of each message (no dict round trip), with any keyword given
+        # beside it as an override
         self.info = replace(info, **model) if info is not None else SetupInfo(**model)
         m = (replace(measurements, **measure) if measurements is not None
              else Measurements(**measure))

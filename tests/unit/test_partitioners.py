@@ -100,6 +100,25 @@ def test_context_round_trip_keeps_measured_keys_as_ints():
     assert PartitionContext.from_dict(d).measured == {2: 10.0}
 
 
+def test_context_holds_the_head_setup_info_and_the_measurements_as_messages():
+    import dataclasses
+
+    from experiment_design.protocol import Measurements, SetupInfo
+
+    info = SetupInfo(valid_splits=[0, 1, 2], points=[{"index": 0}], profile=[{"name": "a"}])
+    measured = Measurements(network={"rtt_ms": 1.0}, measured={"1": 5.0}, links={"a>b": {}})
+    c = PartitionContext(info=info, measurements=measured)
+    assert (c.layers, c.points, c.valid_splits) == ([{"name": "a"}], [{"index": 0}], [0, 1, 2])
+    assert c.network == {"rtt_ms": 1.0} and c.measured == {1: 5.0}
+    assert c.measurements.links == {"a>b": {}}
+    # what the dict form built, and contexts do not share what is set on one
+    assert PartitionContext.from_dict(c.to_dict()).to_dict() == c.to_dict()
+    other = dataclasses.replace(c, valid_splits=[1])
+    other.network = None
+    assert c.valid_splits == [0, 1, 2] and c.network == {"rtt_ms": 1.0}
+    assert info.valid_splits == [0, 1, 2] and measured.network == {"rtt_ms": 1.0}
+
+
 def test_registry_lists_builtins_and_rejects_unknown():
     names = list_partitioners()
     assert {"cyclic", "fixed"} <= set(names)
