@@ -60,6 +60,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "slower device",
     )
     up.add_argument(
+        "--memory",
+        nargs="+",
+        default=[],
+        metavar="HOST=SIZE",
+        help="memory cap per host, e.g. lab-1=600MB (MB = 10^6 bytes, MiB = 2^20; a cgroups "
+        "v1 memory limit on the host's sshd and every session: past it the kernel kills "
+        "inside that host)",
+    )
+    up.add_argument(
         "--no-pin",
         action="store_true",
         help="let the hosts share every CPU (default: host i runs on CPU i alone when there "
@@ -163,6 +172,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         cpu_quota=args.cpu_quota,
         cpu_period_ms=args.cpu_period_ms,
         cpu_mode=args.cpu_mode,
+        memory=args.memory,
         pin=not args.no_pin,
     )
     if args.manifest:
@@ -190,7 +200,7 @@ def _stated_lab(args: argparse.Namespace) -> dict:
     given = [flag for flag, value in (
         ("--hosts", args.hosts), ("--bandwidth", args.bandwidth), ("--delay", args.delay),
         ("--cpu-quota", args.cpu_quota), ("--cpu-period-ms", args.cpu_period_ms),
-        ("--no-pin", args.no_pin)) if value not in (None, [], False)]
+        ("--memory", args.memory), ("--no-pin", args.no_pin)) if value not in (None, [], False)]
     if args.cpu_mode != "quota":
         given.append("--cpu-mode")
     if given:

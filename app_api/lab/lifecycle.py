@@ -17,6 +17,7 @@ from pathlib import Path
 from app_api import fsutil
 from app_api.devices.registry import known_hosts_path
 from app_api.lab import cgroup, links, network, pacer, sshd
+from app_api.lab import memory as lab_memory
 from app_api.lab import state as lab_state
 from app_api.lab.registry_link import register_hosts
 from app_api.lab.shaping import apply_request, link_request, request_spec
@@ -73,6 +74,7 @@ def up(
     cpu_period_ms: float | None = None,
     *,
     cpu_mode: str = "quota",
+    memory: list[str] | dict | None = None,
     pin: bool = True,
     verify: bool = True,
     say=lambda msg: None,
@@ -112,6 +114,9 @@ def up(
     # the CFS period asked for (range-checked; None: each host's default)
     period = None if cpu_period_ms is None else cgroup.period_us(cpu_period_ms)
     quotas = parse_quotas(cpu_quota, int(hosts), period)
+    caps = lab_memory.parse_limits(memory, int(hosts))  # host -> bytes (app_api.lab.memory)
+    if caps:
+        lab_memory.base()  # fails early with a hint when there is no memory controller
     if duty and not quotas:
         raise TracrError("--cpu-mode duty paces the hosts given a --cpu-quota; none was given")
     if quotas:
@@ -135,6 +140,8 @@ def up(
     save_state(state)
     try:
         _build(state, int(hosts), quotas, say, period, pin, duty)
+        lab_memory.apply(state, caps, say)  # before any session: they inherit the caps
+        save_state(state)
         apply_request(state, request, verify, say)
         state["complete"] = True
         save_state(state)

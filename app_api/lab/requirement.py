@@ -9,6 +9,7 @@ pacer), the pinning. A manifest states that lab in its ``lab`` section::
       cpu: {lab-1: 0.25}       # host -> share of one core; hosts not named are unlimited
       cpu_mode: duty           # quota | duty
       cpu_period_ms: null      # null: the mode's default
+      memory: {lab-1: 600MB}   # host -> memory cap; hosts not named are uncapped
       pin: true
       on_mismatch: refuse      # refuse | record
 
@@ -38,6 +39,7 @@ class LabSpec:
     cpu: dict[str, float] = field(default_factory=dict)
     cpu_mode: str = "quota"
     cpu_period_ms: float | None = None
+    memory: dict[str, str] = field(default_factory=dict)
     pin: bool = True
     on_mismatch: str = "refuse"
 
@@ -52,6 +54,7 @@ class LabSpec:
             cpu_mode=str(section.get("cpu_mode") or "quota"),
             cpu_period_ms=(None if section.get("cpu_period_ms") is None
                            else float(section["cpu_period_ms"])),
+            memory={str(k): str(v) for k, v in (section.get("memory") or {}).items()},
             pin=bool(section.get("pin", True)),
             on_mismatch=str(section.get("on_mismatch") or "refuse"),
         )
@@ -69,6 +72,8 @@ class LabSpec:
             "cpu_mode": self.cpu_mode,
             "pin": self.pin,
         }
+        if self.memory:
+            kwargs["memory"] = dict(self.memory)
         if net.get("delay_ms"):
             kwargs["delay_ms"] = float(net["delay_ms"])
         kwargs.update(link_args(net))
@@ -131,6 +136,8 @@ def up_command(spec: LabSpec, network: dict | None = None) -> str:
         parts.append(f"--cpu-mode {kw['cpu_mode']}")
         if kw["cpu_period_ms"] is not None:
             parts.append(f"--cpu-period-ms {kw['cpu_period_ms']:g}")
+    if kw.get("memory"):
+        parts.append("--memory " + " ".join(f"{h}={v}" for h, v in kw["memory"].items()))
     if not kw["pin"]:
         parts.append("--no-pin")
     return " ".join(parts)
@@ -151,6 +158,7 @@ def differences(spec: LabSpec, state: dict | None) -> list[dict]:
         out.append({"what": "hosts", "wanted": spec.hosts, "found": len(hosts)})
     for name in sorted(set(spec.cpu) - set(hosts)):
         out.append({"what": f"{name}", "wanted": "a lab host", "found": "none"})
+    out += _memory_differences(spec, hosts)
     for name, h in sorted(hosts.items()):
         wanted = spec.cpu.get(name)
         found = h.get("cpu_quota")
@@ -174,6 +182,24 @@ def differences(spec: LabSpec, state: dict | None) -> list[dict]:
         out.append({"what": "pinned", "wanted": spec.pin and can_pin,
                     "found": bool(state.get("pinned"))})
     return out
+
+
+def _memory_differences(spec: LabSpec, hosts: dict[str, dict]) -> list[dict]:
+    """A host's memory cap against the stated one (a host not named: uncapped)."""
+    from app_api.lab.memory import parse_size
+
+    out = []
+    for name, h in sorted(hosts.items()):
+        wanted = parse_size(spec.memory[name]) if name in spec.memory else None
+        found = h.get("memory_bytes")
+        if wanted != (None if found is None else int(found)):
+            out.append({"what": f"{name} memory", "wanted": _bytes(wanted),
+                        "found": _bytes(found)})
+    return out
+
+
+def _bytes(v: int | None) -> str:
+    return "uncapped" if v is None else f"{int(v) / 1e6:g} MB"
 
 
 def machine_cpus() -> int:

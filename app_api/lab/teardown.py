@@ -21,6 +21,7 @@ import shutil
 from app_api import fsutil
 from app_api.devices.registry import known_hosts_path
 from app_api.lab import cgroup, links, network, pacer, sshd
+from app_api.lab import memory as lab_memory
 from app_api.lab import state as lab_state
 from app_api.lab.registry_link import unregister_hosts
 from app_api.lab.state import load_state, new_state, remove_state
@@ -84,6 +85,7 @@ def down(*, say=lambda msg: None) -> dict:
     for path in sorted(groups):
         if cgroup.remove(path):
             removed["cgroups"].append(path)
+    removed["cgroups"] += lab_memory.release(state)
 
     removed["registry"] = unregister_hosts(state)
     removed["known_hosts"] = _forget_host_keys(state, refused)

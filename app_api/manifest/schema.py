@@ -118,17 +118,26 @@ def _settings_check(v: dict) -> str | None:
 
 
 def _lab_check(v: dict) -> str | None:
-    """The hosts ``lab.cpu`` names must be among the ``lab.hosts`` the lab has."""
+    """The hosts ``lab.cpu`` and ``lab.memory`` name must be among the ``lab.hosts`` the
+    lab has; each memory cap must be a size."""
     hosts = v.get("hosts")
     if not isinstance(hosts, int) or isinstance(hosts, bool):
         return None  # the key's own check says what is wrong
     valid = [f"lab-{i}" for i in range(1, hosts + 1)]
-    for name in v.get("cpu") or {}:
-        if name not in valid:
-            close = difflib.get_close_matches(str(name), valid, n=1)
-            return (f"lab.cpu names '{name}', which a lab of {hosts} host(s) does not have."
-                    + (f" Did you mean '{close[0]}'?" if close else "")
-                    + f" The valid options are [{', '.join(valid)}].")
+    for key in ("cpu", "memory"):
+        for name in v.get(key) or {}:
+            if name not in valid:
+                close = difflib.get_close_matches(str(name), valid, n=1)
+                return (f"lab.{key} names '{name}', which a lab of {hosts} host(s) does not "
+                        "have." + (f" Did you mean '{close[0]}'?" if close else "")
+                        + f" The valid options are [{', '.join(valid)}].")
+    from app_api.lab.memory import parse_limits
+    from experiment_design.errors import TracrError
+
+    try:
+        parse_limits(dict(v.get("memory") or {}), hosts)
+    except TracrError as exc:
+        return f"lab.memory: {exc.message}"
     return None
 
 
@@ -293,6 +302,9 @@ SCHEMA = Field(
                                   doc="how a share slows a host (tracr lab up --cpu-mode)"),
                 "cpu_period_ms": Field("number", default=None, nullable=True, min=0.1,
                                        doc="CFS period or pacer tick (null: the mode's default)"),
+                "memory": Field("map", default={}, values=Field("str"),
+                                doc="host -> memory cap, e.g. 600MB (tracr lab up --memory; "
+                                    "hosts not named: uncapped)"),
                 "pin": Field("bool", default=True, doc="one CPU per host (tracr lab up)"),
                 "on_mismatch": Field("str", default="refuse", choices=("refuse", "record"),
                                      doc="refuse: a lab that differs stops the run; record: "

@@ -1,0 +1,148 @@
+"""Memory caps for lab hosts (``tracr lab up --memory lab-1=600MB``), with the cgroups v1
+``memory`` controller.
+
+A capped host's sshd is placed in a memory cgroup of its own, so every process started
+over SSH on that host (participants included) shares the cap, as on a device with that
+much memory: past it the kernel reclaims, then kills (the OOM killer) inside the host
+alone. Swap is capped at the same figure where the kernel accounts it
+(``memory.memsw.limit_in_bytes``), so a host cannot page its way past the cap.
+
+The cgroups are made under this process's own memory cgroup (``/proc/self/cgroup``),
+so a lab never escapes the limits it runs under.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from experiment_design.errors import TracrError
+
+MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
+#: the smallest cap: below it a host's sshd alone would not start a session
+MIN_BYTES = 16 * 1024 * 1024
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int | float) -> int:
+    """Bytes of ``600MB``, ``1.5GB``, ``512MiB`` or a plain number of bytes (MB = 10^6,
+    MiB = 2^20)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return int(text)
+    m = _SIZE.match(str(text))
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise TracrError(f"cannot read the memory size {text!r}",
+                         hint="sizes look like 600MB, 1.5GB or 512MiB")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def parse_limits(items: list[str] | dict | None, hosts: int) -> dict[str, int]:
+    """``{host: bytes}`` from ``["lab-1=600MB", ...]`` (or a dict), hosts checked."""
+    if not items:
+        return {}
+    pairs = items.items() if isinstance(items, dict) else (_split(i) for i in items)
+    valid = [f"lab-{i}" for i in range(1, hosts + 1)]
+    out = {}
+    for name, value in pairs:
+        if name not in valid:
+            raise TracrError(f"no lab host {name!r} to cap",
+                             hint=f"the hosts are {', '.join(valid)}; caps look like "
+                                  "lab-1=600MB")
+        size = parse_size(value)
+        if size < MIN_BYTES:
+            raise TracrError(f"a memory cap of {size} bytes for {name} is below "
+                             f"{MIN_BYTES // 2**20} MiB, too little for its sshd")
+        out[name] = size
+    return out
+
+
+def _split(item: str) -> tuple[str, str]:
+    name, sep, value = str(item).partition("=")
+    if not sep or not name or not value:
+        raise TracrError(f"cannot read the memory cap {item!r}", hint="lab-1=600MB")
+    return name.strip(), value.strip()
+
+
+def base() -> Path:
+    """This process's own memory cgroup, under which the hosts' cgroups are made."""
+    if not (MEMORY_ROOT / "memory.limit_in_bytes").exists():
+        raise TracrError("memory caps need the cgroups v1 memory controller, which is not "
+                         f"mounted here ({MEMORY_ROOT})",
+                         hint="drop --memory, or mount the memory controller")
+    own = ""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            own = path.lstrip("/")
+    return MEMORY_ROOT / own if own else MEMORY_ROOT
+
+
+def create(ns: str, limit: int) -> Path:
+    """Host ``ns``'s memory cgroup capped at ``limit`` bytes (swap included)."""
+    path = base() / ns
+    path.mkdir(exist_ok=True)
+    (path / "memory.limit_in_bytes").write_text(str(int(limit)))
+    memsw = path / "memory.memsw.limit_in_bytes"
+    if memsw.exists():  # after the memory limit: the kernel wants memsw >= it
+        memsw.write_text(str(int(limit)))
+    return path
+
+
+def add_pid(path: Path | str, pid: int) -> None:
+    """Move ``pid`` into the cgroup at ``path`` (its future children follow)."""
+    (Path(path) / "cgroup.procs").write_text(str(pid))
+
+
+def read(path: Path | str) -> dict:
+    """The cap and what the host used: ``limit_bytes``, ``max_usage_bytes`` (its peak),
+    ``failcnt`` (times it hit the cap) and ``oom_kills`` (processes the kernel killed)."""
+    path = Path(path)
+
+    def num(name: str) -> int | None:
+        try:
+            return int((path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    kills = None
+    try:
+        for line in (path / "memory.oom_control").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                kills = int(value)
+    except (OSError, ValueError):
+        pass
+    return {"limit_bytes": num("memory.limit_in_bytes"),
+            "max_usage_bytes": num("memory.max_usage_in_bytes"),
+            "failcnt": num("memory.failcnt"), "oom_kills": kills}
+
+
+def apply(state: dict, limits: dict[str, int], say=lambda msg: None) -> None:
+    """Cap each host of ``state`` named in ``limits``: its sshd (started, no session
+    yet) goes into a memory cgroup of its own; recorded in the host's state entry
+    (``memory_cgroup``, ``memory_bytes``) for :func:`release`."""
+    for h in state.get("hosts", []):
+        limit = limits.get(h.get("name"))
+        if limit is None:
+            continue
+        path = create(h["ns"], limit)
+        h.update(memory_cgroup=str(path), memory_bytes=int(limit))
+        if h.get("sshd_pid"):
+            add_pid(path, int(h["sshd_pid"]))
+        say(f"{h['name']}: memory capped at {limit / 1e6:.0f} MB")
+
+
+def release(state: dict) -> list[str]:
+    """Remove every host's memory cgroup (its processes must be gone); the paths
+    removed."""
+    from app_api.lab.cgroup import remove
+
+    removed = []
+    for h in state.get("hosts", []):
+        path = h.get("memory_cgroup")
+        if path and remove(path):
+            removed.append(path)
+    return removed
