@@ -19,6 +19,7 @@ from app_api.results import claim_run_dir, prepare_resume
 from app_api.runner import labcheck, shaping
 from app_api.runner.bandwidths import run_bandwidths
 from app_api.runner.labfacts import lab_facts
+from app_api.runner.llm import check_memory
 from app_api.runner.observer import RunResult, run_experiment
 from app_api.runner.plan import PLAIN, SHAPED, SWEEP, PlannedRun, RunPlan
 from experiment_design.errors import TracrError
@@ -30,6 +31,7 @@ def execute(plan: RunPlan, out_dir: str | os.PathLike | None = None, progress: b
     if plan.kind not in (PLAIN, SHAPED, SWEEP):
         raise ValueError(f"unknown plan kind {plan.kind!r}")
     labcheck.check_lab(plan.manifest)  # the stated lab, before any device is touched
+    check_memory(plan.manifest)  # a token pipeline's stages within the lab's memory caps
     resume = plan.runs[0].resume_from if plan.kind != SWEEP else None
     if resume is not None:
         out_dir = prepare_resume(resume, plan.manifest.name, out_dir)

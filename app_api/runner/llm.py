@@ -63,3 +63,53 @@ def llm_setup(manifest: Any, instance: str) -> dict:
         return {}
     held = stage_layers(manifest).get(instance)
     return {"llm_layers": held} if held is not None else {}
+
+
+#: the context a memory check sizes each stage's KV cache for (tokens)
+CHECK_CONTEXT = 512
+
+
+def check_memory(manifest: Any) -> None:
+    """Refuse, before any device is touched, a token pipeline whose stage would not fit
+    the memory cap of the lab host it runs on (``tracr lab up --memory``): each stage's
+    weights (only its own layers: :func:`stage_layers`) and its layers' KV cache for
+    :data:`CHECK_CONTEXT` tokens, against the cap, with the figures. What Python, torch
+    and ``transformers`` take beside them is not counted: a stage that passes may still
+    not fit, one that fails cannot."""
+    import importlib.util
+
+    from experiment_design.models.llm import is_llm
+
+    name = (manifest.model or {}).get("name")
+    if not is_llm(name) or importlib.util.find_spec("transformers") is None:
+        return
+    from app_api import lab
+
+    state = lab.load_state() or {}
+    caps = {h["name"]: int(h["memory_bytes"]) for h in state.get("hosts", [])
+            if h.get("memory_bytes")}
+    devices = {i["name"]: i.get("device") for i in manifest.participant_instances}
+    ranges = {inst: r for inst, r in stage_layers(manifest).items()
+              if devices.get(inst) in caps}
+    if not ranges:
+        return
+    from experiment_design.errors import TracrError
+    from experiment_design.models.llm import llm_skeleton
+    from experiment_design.split.decoder import DecoderSplit
+
+    sm = DecoderSplit(llm_skeleton(name), name=name)
+    kv = [f["kv_bytes_per_token"] for f in sm.layer_facts()]
+    over = []
+    for inst, (a, b) in sorted(ranges.items()):
+        b = sm.n if b is None else int(b)
+        need = sm.weight_bytes(a, b) + sum(kv[a:b]) * CHECK_CONTEXT
+        cap = caps[devices[inst]]
+        if need > cap:
+            over.append(f"{inst} on {devices[inst]} (layers {a + 1}..{b}) needs "
+                        f"{need / 1e6:.1f} MB, cap {cap / 1e6:.1f} MB")
+    if over:
+        raise TracrError(
+            f"{name} does not fit the lab's memory caps: " + "; ".join(over)
+            + f" (weights and a {CHECK_CONTEXT}-token KV cache, before the runtime's own)",
+            hint="cut elsewhere (experiment_design.partitioners.llm_placement places it "
+                 "within the caps), add stages, or raise the caps (tracr lab up --memory)")

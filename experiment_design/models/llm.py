@@ -145,6 +145,28 @@ def load_llm(name: str, *, seed: int = 0, layers: tuple[int, int | None] | None 
     return build_stage(config, layers, seed=seed)
 
 
+def llm_skeleton(name: str) -> Any:
+    """The causal LM ``name`` with every parameter on the ``meta`` device: its shapes
+    and sizes, no memory, no weights read (what a placement or a memory check needs)."""
+    _require("transformers")
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = get_llm_spec(name)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if spec.source == "gguf":
+        _require("gguf")
+        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+        directory, file = _gguf_path(spec)
+        cfg = dict(load_gguf_checkpoint(os.path.join(directory, file))["config"])
+    else:
+        cfg = dict(spec.config)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
 @functools.lru_cache(maxsize=4)
 def load_tokenizer(name: str) -> Any:
     """The tokenizer of ``name``, or None for a config-only model (prompts are then token

@@ -66,3 +66,39 @@ def test_each_member_of_a_token_pipeline_is_assigned_only_the_layers_its_routes_
     # a vision model's set-up is unchanged
     assert llm_setup(SimpleNamespace(model={"name": "alexnet"}, pipeline=None,
                                      playbook={}), "edge-1") == {}
+
+
+def test_a_token_pipeline_that_would_not_fit_the_labs_memory_caps_is_refused(monkeypatch):
+    import pytest
+
+    pytest.importorskip("transformers", reason="the llm extra is not installed (make llm)")
+    from app_api import lab
+    from app_api.manifest import load_manifest
+    from app_api.runner import llm
+    from experiment_design.errors import TracrError
+
+    m = load_manifest("llm-placement-lab", [f"participant_instances.{i}.device=localhost"
+                                            for i in range(3)])
+    on_lab = SimpleNamespace(model=m.model, pipeline=m.pipeline, playbook=m.playbook,
+                             participant_instances=[
+                                 {**inst, "device": dev} for inst, dev in
+                                 zip(m.participant_instances, ("lab-3", "lab-1", "lab-2"),
+                                     strict=True)])
+
+    def capped(cap: int) -> None:
+        monkeypatch.setattr(lab, "load_state", lambda: {"hosts": [
+            {"name": f"lab-{i}", "memory_bytes": cap} for i in (1, 2, 3)]})
+
+    capped(1_600_000_000)
+    llm.check_memory(on_lab)  # the manifest's caps: every stage fits
+    capped(950_000_000)
+    # the last stage holds 8 layers and the 151936 x 896 LM head, and a 512-token cache
+    with pytest.raises(TracrError, match=r"stage-2 on lab-2 \(layers 17\.\.24\) needs "
+                                         r"1025\.9 MB, cap 950\.0 MB \(weights and") as e:
+        llm.check_memory(on_lab)
+    # the others fit (15 layers: 903 MB; the embedding and a layer: 605 MB)
+    assert "stage-1" not in str(e.value) and "head-1" not in str(e.value)
+    assert "llm_placement" in e.value.hint
+    capped(0)  # no caps: nothing to check
+    monkeypatch.setattr(lab, "load_state", lambda: {"hosts": [{"name": "lab-1"}]})
+    llm.check_memory(on_lab)
