@@ -13,57 +13,12 @@ so a lab never escapes the limits it runs under.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from app_api.units import MIN_BYTES, parse_limits, parse_size  # noqa: F401 (re-exported)
 from experiment_design.errors import TracrError
 
 MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
-#: the smallest cap: below it a host's sshd alone would not start a session
-MIN_BYTES = 16 * 1024 * 1024
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str | int | float) -> int:
-    """Bytes of ``600MB``, ``1.5GB``, ``512MiB`` or a plain number of bytes (MB = 10^6,
-    MiB = 2^20)."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        return int(text)
-    m = _SIZE.match(str(text))
-    unit = m.group(2).lower() if m else ""
-    if not m or unit not in _UNITS:
-        raise TracrError(f"cannot read the memory size {text!r}",
-                         hint="sizes look like 600MB, 1.5GB or 512MiB")
-    return int(float(m.group(1)) * _UNITS[unit])
-
-
-def parse_limits(items: list[str] | dict | None, hosts: int) -> dict[str, int]:
-    """``{host: bytes}`` from ``["lab-1=600MB", ...]`` (or a dict), hosts checked."""
-    if not items:
-        return {}
-    pairs = items.items() if isinstance(items, dict) else (_split(i) for i in items)
-    valid = [f"lab-{i}" for i in range(1, hosts + 1)]
-    out = {}
-    for name, value in pairs:
-        if name not in valid:
-            raise TracrError(f"no lab host {name!r} to cap",
-                             hint=f"the hosts are {', '.join(valid)}; caps look like "
-                                  "lab-1=600MB")
-        size = parse_size(value)
-        if size < MIN_BYTES:
-            raise TracrError(f"a memory cap of {size} bytes for {name} is below "
-                             f"{MIN_BYTES // 2**20} MiB, too little for its sshd")
-        out[name] = size
-    return out
-
-
-def _split(item: str) -> tuple[str, str]:
-    name, sep, value = str(item).partition("=")
-    if not sep or not name or not value:
-        raise TracrError(f"cannot read the memory cap {item!r}", hint="lab-1=600MB")
-    return name.strip(), value.strip()
 
 
 def base() -> Path:

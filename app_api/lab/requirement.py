@@ -27,6 +27,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from app_api.units import parse_size
+
 #: the share of a core two figures may differ by and still be the same quota
 _SHARE_TOL = 1e-6
 
@@ -186,8 +188,6 @@ def differences(spec: LabSpec, state: dict | None) -> list[dict]:
 
 def _memory_differences(spec: LabSpec, hosts: dict[str, dict]) -> list[dict]:
     """A host's memory cap against the stated one (a host not named: uncapped)."""
-    from app_api.lab.memory import parse_size
-
     out = []
     for name, h in sorted(hosts.items()):
         wanted = parse_size(spec.memory[name]) if name in spec.memory else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app_api.manifest.errors import KeyPath
-from app_api.units import parse_rate
+from app_api.units import parse_limits, parse_rate
 from experiment_design.constants import CODECS, FILTERS, GRANULARITIES, LOSSY, SPLIT_MODES
 from experiment_design.errors import TracrError
 
@@ -131,9 +131,6 @@ def _lab_check(v: dict) -> str | None:
                 return (f"lab.{key} names '{name}', which a lab of {hosts} host(s) does not "
                         "have." + (f" Did you mean '{close[0]}'?" if close else "")
                         + f" The valid options are [{', '.join(valid)}].")
-    from app_api.lab.memory import parse_limits
-    from experiment_design.errors import TracrError
-
     try:
         parse_limits(dict(v.get("memory") or {}), hosts)
     except TracrError as exc:
