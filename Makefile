@@ -1,5 +1,5 @@
 # tracr: `make run` sets up .venv and runs the default experiment; `make test` runs the fast
-# tests (unit and localhost: no SSH, no lab); `make test-all` runs every test (CI runs it).
+# tests (unit and localhost: no SSH, no lab, none over about 10 s); `make test-all` runs every test (CI runs it).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(VENV)/bin/tracr experiment run alexnet-sweep
 
 test: $(STAMP)
-	$(PY) -m pytest tests -m "not ssh and not lab"
+	$(PY) -m pytest tests -m "not ssh and not lab and not slow"
 
 test-all: $(STAMP)
 	$(PY) -m pytest tests

@@ -18,6 +18,7 @@ TRANSPORTS = ("[{codec: zstd, level: 1}, {codec: none, level: 0, filter: none}, 
               "{codec: lz4, level: 5}]")
 
 
+@pytest.mark.slow
 def test_lossless_transport_sweep_is_exact_and_summarized(tmp_path):
     from app_api.manifest import load_manifest
     from app_api.results import read_csv
@@ -75,6 +76,7 @@ def test_lossless_transport_sweep_is_exact_and_summarized(tmp_path):
     assert "random weights" in out.stdout
 
 
+@pytest.mark.slow
 def test_split_codec_is_scored_against_the_measured_pairs(tmp_path):
     from app_api.manifest import load_manifest
     from app_api.runner import run_experiment

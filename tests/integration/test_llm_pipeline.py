@@ -35,6 +35,7 @@ def unsplit_tokens(prompt: str) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
+@pytest.mark.slow
 def test_a_two_stage_token_pipeline_generates_the_unsplit_models_tokens(tmp_path):
     from app_api.manifest import load_manifest
     from app_api.results.llm import llm_lines

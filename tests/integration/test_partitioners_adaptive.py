@@ -14,6 +14,7 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 def test_adaptive_alexnet_runs_on_localhost_and_scores_itself(tmp_path):
     from app_api.manifest import load_manifest
     from app_api.runner import run_experiment

@@ -178,6 +178,7 @@ def _run_on_localhost(tmp_path, overrides: list[str]):
     return result
 
 
+@pytest.mark.slow
 def test_live_neurosurgeon_in_a_real_localhost_run(tmp_path):
     """The runner profiles both participants and probes the link; the edge decides once."""
     name = "neurosurgeon"
@@ -199,6 +200,7 @@ def test_live_neurosurgeon_in_a_real_localhost_run(tmp_path):
     assert dec["criterion"] == "ineq3" and dec["scan"]
 
 
+@pytest.mark.slow
 def test_runner_scores_partitioners_after_a_cyclic_sweep(tmp_path):
     """`evaluate.partitioners` in a manifest: summary.json "partitioners" + partitioners.json."""
     result = _run_on_localhost(tmp_path, [
@@ -250,6 +252,7 @@ def test_a_raced_cyclic_sweep_stops_on_its_own_in_a_real_localhost_run(tmp_path)
     print(json.dumps(race))
 
 
+@pytest.mark.slow
 def test_a_race_measures_the_scored_partitioners_choices_too(tmp_path):
     """The splits predicted-argmin and neurosurgeon choose from the start-up measurements
     are raced beside the walk's fastest split, so each is scored on a raced median."""

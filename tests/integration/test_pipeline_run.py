@@ -31,6 +31,7 @@ def by_item(rows: list[dict]) -> dict[str, set[float]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_cut_pair_of_a_three_stage_chain_gives_the_unsplit_output(tmp_path):
     from app_api.results import read_configs, read_csv
 
@@ -80,6 +81,7 @@ def test_long_skip_connections_are_forwarded_through_a_middle_stage(tmp_path):
     assert all(len(v) == 1 for v in by_item(rows).values())
 
 
+@pytest.mark.slow
 def test_throughput_mode_keeps_several_inferences_in_flight(tmp_path):
     from app_api.results import read_csv
 
@@ -104,6 +106,7 @@ def test_throughput_mode_keeps_several_inferences_in_flight(tmp_path):
     assert (res.run_dir / "plots" / "timeline.png").exists()
 
 
+@pytest.mark.slow
 def test_a_stopped_middle_stage_ends_the_pipeline_within_the_liveness_timeout(tmp_path):
     me = psutil.Process()
     stopped: list[int] = []
@@ -138,6 +141,7 @@ def test_a_stopped_middle_stage_ends_the_pipeline_within_the_liveness_timeout(tm
     assert not live_processes(me, "experiment_design.participant")
 
 
+@pytest.mark.slow
 def test_bench_pipeline_local_runs_without_a_lab(tmp_path):
     """`tracr bench pipeline --local` on a machine with no lab (before: exit 2, "Unknown
     device 'lab-1'", from validating the manifest before moving it to localhost)."""
@@ -158,6 +162,7 @@ def test_bench_pipeline_local_runs_without_a_lab(tmp_path):
         assert out[key] > 0, key
 
 
+@pytest.mark.slow
 def test_pipeline_dp_counts_what_each_stage_spends_beside_its_layers(tmp_path):
     """The start-up profile times layers only; a stage also receives, sends, relays the
     reply and hands work between its threads. pipeline-dp measures that on the chain
@@ -239,6 +244,7 @@ if "--role" in sys.argv and sys.argv[sys.argv.index("--role") + 1] == "edge":
 '''
 
 
+@pytest.mark.slow
 def test_a_chain_idle_longer_than_the_liveness_timeout_goes_on(tmp_path, monkeypatch):
     """Between two configurations the head does not send for 6 s, twice the liveness
     timeout. A middle stage's relay thread read its downstream channel all the time,
@@ -265,6 +271,7 @@ def test_a_chain_idle_longer_than_the_liveness_timeout_goes_on(tmp_path, monkeyp
     assert len(rows) == 4 * len(configs) and not [r for r in rows if r["error"]]
 
 
+@pytest.mark.slow
 def test_a_solo_pass_longer_than_the_liveness_timeout_ends_ok(tmp_path):
     """A partner's single-device baseline (``solo``) sent its only reply after all its
     passes, so one busy for longer than the liveness timeout was declared lost; it now

@@ -92,6 +92,7 @@ def _check(result: Path) -> None:
     assert summary["splits"][0]["count"] == 4
 
 
+@pytest.mark.slow
 def test_a_manifest_names_a_plugin_from_a_package_outside_the_tree(tmp_path):
     src = _user_package(tmp_path)
     work = tmp_path / "work"
@@ -109,6 +110,7 @@ def test_a_manifest_names_a_plugin_from_a_package_outside_the_tree(tmp_path):
     assert proc.returncode == 2 and "Unknown model 'user-tiny'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_an_installed_entry_point_registers_without_the_manifest_saying_so(tmp_path):
     src = _user_package(tmp_path)
     # an installed distribution's metadata: what pip writes for

@@ -25,6 +25,7 @@ def _small_files() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
+@pytest.mark.slow
 def test_file_size_limit_mid_run_leaves_a_summary_marked_incomplete(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, str(REPO / "app.py"), "experiment", "run", "alexnet-sweep",

@@ -137,6 +137,7 @@ def summary_of(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_stopped_partner_ends_the_run_by_itself(tmp_path):
     proc = start_cli(tmp_path, "partitioner.params.repeats=50", "run.liveness_timeout_s=5")
     ps: list[psutil.Process] = []
@@ -164,6 +165,7 @@ def test_a_stopped_partner_ends_the_run_by_itself(tmp_path):
     assert any("cloud-1 on localhost silent for 5 s (lost)" in e for e in summary["errors"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_with_a_stopped_partner_ends_within_seconds(tmp_path):
     proc = start_cli(tmp_path, "partitioner.params.repeats=50")
     ps: list[psutil.Process] = []
@@ -189,6 +191,7 @@ def test_ctrl_c_with_a_stopped_partner_ends_within_seconds(tmp_path):
     assert summary_of(tmp_path)["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_a_partner_slow_to_start_is_not_killed(tmp_path):
     # the edge's `import torch` takes 60 s more; the cloud is ready at once and gets no
     # call meanwhile: heartbeats on stdio keep both alive (default timeouts, 30 s)
@@ -228,6 +231,7 @@ def test_a_participant_printing_more_than_a_pipe_holds_does_not_block(tmp_path, 
     assert h.leftovers() == []
 
 
+@pytest.mark.slow
 def test_run_timeout_ends_the_run(tmp_path):
     proc = start_cli(tmp_path, "partitioner.params.repeats=200", "run.timeout_s=30")
     try:
@@ -243,6 +247,7 @@ def test_run_timeout_ends_the_run(tmp_path):
     assert (tmp_path / "run" / "inferences.csv").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("call,bound", [("setup", "run.startup_timeout_s=10"),
                                         ("start_task", None)])
 def test_a_participant_stuck_inside_a_call_is_named_and_stopped(tmp_path, call, bound):

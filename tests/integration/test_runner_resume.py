@@ -32,6 +32,7 @@ def participants(pid: int) -> list[psutil.Process]:
     return [k for k in kids if "experiment_design.participant" in " ".join(k.cmdline())]
 
 
+@pytest.mark.slow
 def test_resume_completes_a_killed_sweep(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
     first, second = tmp_path / "first", tmp_path / "second"
@@ -80,6 +81,7 @@ def test_resume_completes_a_killed_sweep(tmp_path, monkeypatch):
     assert {p.name: p.read_bytes() for p in first.iterdir()} == kept
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_complete_run_and_out_on_a_previous_run(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACR_RESULTS_DIR", str(tmp_path / "results"))
     run = tmp_path / "run"
@@ -99,6 +101,7 @@ def test_resume_refuses_a_complete_run_and_out_on_a_previous_run(tmp_path, monke
     assert done.returncode == 2 and "nothing to resume" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_resuming_a_run_with_a_failed_inference_redoes_it_and_ends_ok(tmp_path, monkeypatch):
     """Regression (seen in the soak): the resumed run kept the failed row of the run it
     continued and counted it as its own failure, so it ended "failed" (exit 1) although it

@@ -6,6 +6,7 @@ import argparse
 import os
 
 import psutil
+import pytest
 
 from app_api.bench import drift
 
@@ -16,6 +17,7 @@ def _args(**kw) -> argparse.Namespace:
     return argparse.Namespace(**base)
 
 
+@pytest.mark.slow
 def test_every_cpu_gets_a_pinned_worker_and_window_medians_of_each_kind():
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     result = drift.run(_args())
@@ -47,6 +49,7 @@ def test_windows_drift_and_correlation_from_known_rows():
     assert drift.correlation([1, 2], [1, 2]) is None  # too short
 
 
+@pytest.mark.slow
 def test_one_cpu_named_gets_no_correlation():
     cpu = max(os.sched_getaffinity(0))
     result = drift.run(_args(seconds=1.5, cpu=[cpu]))

@@ -15,6 +15,7 @@ def _args(device: str = "cpu") -> argparse.Namespace:
     return argparse.Namespace(repeats=2, warmup=1, device=device)
 
 
+@pytest.mark.slow
 def test_cpu_reports_both_ratios_and_how_layers_were_timed():
     result = overhead.run(_args())
     assert result["device"] == "cpu" and set(result["met"]) == {

@@ -19,6 +19,7 @@ def _args(**kw) -> argparse.Namespace:
     return argparse.Namespace(**base)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or cgroup.cgroup_version() is None,
                     reason="pacing needs root and the cgroup cpu controller")
 def test_every_case_runs_and_the_paced_one_leaves_nothing_behind():

@@ -25,6 +25,7 @@ def _ours() -> list[Path]:
     return sorted(root.glob(f"tracr-bench-{os.getpid()}"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or cgroup.cgroup_version() is None,
                     reason="a CPU quota needs root and the cgroup cpu controller")
 def test_the_quota_case_runs_in_a_cgroup_of_its_own_and_removes_it():

@@ -28,6 +28,7 @@ def report() -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_every_model_has_a_row_with_its_facts(report):
     rows = {r["model"]: r for r in report["models"]}
     assert list(rows) == list(FEW)
@@ -87,6 +88,7 @@ def test_totals_per_family_meet_the_targets(report):
         assert t["worst_diff"] <= 1e-5
 
 
+@pytest.mark.slow
 def test_a_parameter_cap_skips_with_the_reason_and_misses_the_target():
     proc = _tracr("model", "coverage", "--models", "resnet18", "--max-params", "1000", "--json")
     assert proc.returncode == 1, proc.stderr
@@ -98,6 +100,7 @@ def test_a_parameter_cap_skips_with_the_reason_and_misses_the_target():
     assert totals["skipped"] == 1 and totals["met"] is False
 
 
+@pytest.mark.slow
 def test_an_unknown_builder_exits_2_naming_the_closest():
     proc = _tracr("model", "coverage", "--models", "resnet19")
     assert proc.returncode == 2

@@ -14,6 +14,8 @@ import pytest
 
 from app_api.lab import cgroup
 
+pytestmark = pytest.mark.slow  # a real model in a real cgroup: 10-25 s
+
 _CHILD = r"""
 import json, sys, time, types
 import torch

@@ -90,6 +90,7 @@ def dpi_of(path: Path) -> float:
         return round(im.info["dpi"][0])
 
 
+@pytest.mark.slow
 def test_a_two_party_run_gets_every_figure_that_applies_at_300_dpi(tmp_path):
     run_dir, summary = write_run(tmp_path, metrics=True)
     paths = draw_kinds(summary, run_dir)

@@ -119,6 +119,7 @@ def test_metrics_csv_holds_every_sample_with_its_energy_columns(tmp_path):
     assert write_metrics(tmp_path / "none", MetricsLog()) is None
 
 
+@pytest.mark.slow
 def test_activation_bytes_in_the_profile_equal_what_model_splits_reports():
     """Per layer k: the activation bytes alive after it (the model profile, what a run's
     summary carries as model_memory) equal ``tracr model splits``' crossing bytes."""

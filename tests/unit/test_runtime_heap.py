@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from experiment_design.runtime import heap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +44,7 @@ def _setup(kind: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_participant_freezes_its_heap_after_set_up_and_collections_stay_short():
     # On three lab hosts at 0.6 core, AlexNet's head stopped 309-349 ms once per
     # 32-inference throughput run: a full collection walked its 347,000 objects (166-179

@@ -189,6 +189,7 @@ def test_timed_runs_cover_every_layer_once(resnet18):
         assert max_abs_diff(out, model(x)) <= TOL
 
 
+@pytest.mark.slow
 def test_torchvision_model_by_name():
     sm = build_split_model("torchvision:shufflenet_v2_x0_5", input_shape=(3, 32, 32))
     assert sm.n > 20

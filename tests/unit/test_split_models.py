@@ -13,6 +13,10 @@ from experiment_design.models import create_model, get_model_spec, list_models
 from experiment_design.split import SplitModel, max_abs_diff
 from experiment_design.transport.plain import is_plain
 
+# the large models' every-cut checks take 10-20 s each on 2 cores: make test-all runs them
+HEAVY = {"efficientnet_b0", "fasterrcnn-backbone", "resnet50", "vgg16"}
+MODELS = [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in list_models()]
+
 TOL = 1e-5
 
 
@@ -37,7 +41,7 @@ def built():
     return get
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", MODELS)
 def test_every_split_reproduces_the_model(built, name):
     sm, x, ref = built(name)
     assert len(sm.points) == sm.n + 1
@@ -57,7 +61,7 @@ def test_every_split_reproduces_the_model(built, name):
     assert not bad, f"{name} ({sm.mode}): split output differs at {bad}"
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", MODELS)
 def test_profile_is_plain_json(built, name):
     import json
 

@@ -52,7 +52,8 @@ def _split_over_the_wire(sm: SplitModel, k: int, x: torch.Tensor):
 
 @pytest.mark.parametrize(
     "name,shape",
-    [("torchvision:shufflenet_v2_x1_0", (3, 64, 64)), ("torchvision:vit_b_16", None)],
+    [("torchvision:shufflenet_v2_x1_0", (3, 64, 64)),
+     pytest.param("torchvision:vit_b_16", None, marks=pytest.mark.slow)],
     ids=["shufflenet_v2_x1_0", "vit_b_16"],
 )
 def test_every_cut_of_a_shape_computing_model_is_valid_and_exact_over_a_channel(name, shape):

@@ -12,6 +12,10 @@ from experiment_design.errors import TracrError
 from experiment_design.models import create_model, get_model_spec, list_models
 from experiment_design.split import SplitModel, build_split_model, max_abs_diff
 
+# the large models' every-cut checks take 10-20 s each on 2 cores: make test-all runs them
+HEAVY = {"efficientnet_b0", "fasterrcnn-backbone", "resnet50", "vgg16"}
+MODELS = [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in list_models()]
+
 TOL = 1e-5
 #: A model with more stages (valid (a, b) pairs) than this is checked on 8 of them,
 #: drawn with a fixed seed: n^2 segments of a model of many layers take too long for
@@ -71,7 +75,7 @@ def _same(a, b) -> bool:
 
 
 @pytest.mark.parametrize("mode", ["graph", "hooks"])
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", MODELS)
 def test_every_stage_chain_reproduces_the_model(registry, name, mode):
     """prefix(a) -> segment(a, b) -> suffix(b) == model(x) for every stage (a, b).
 
