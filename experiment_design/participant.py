@@ -9,6 +9,10 @@ later stdin line is the observer's heartbeat. Serves the role over rpyc on
 closes, the observer's connection closes, shutdown() is called, or neither a
 heartbeat nor a call arrives for ``--idle-timeout`` seconds. On exit it removes
 ``--workdir`` when ``--cleanup-workdir`` is given.
+
+The heartbeat is started before anything else is imported: the rest of tracr (the roles,
+the control server, the allocator and heap settings) and torch are imported inside
+:func:`main`, after it, for start-up time on a slow device.
 """
 
 from __future__ import annotations

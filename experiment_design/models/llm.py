@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.models.llm_weights import build_stage
 
 #: what the optional extra installs (``pip install 'tracr[llm]'``), named in refusals
 EXTRA_HINT = ("pip install 'tracr[llm]' (transformers, gguf, accelerate), then "
@@ -125,8 +126,6 @@ def load_llm(name: str, *, seed: int = 0, layers: tuple[int, int | None] | None 
     """
     _require("transformers")
     from transformers import AutoConfig
-
-    from experiment_design.models.llm_weights import build_stage
 
     spec = get_llm_spec(name)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local files only, whatever happens

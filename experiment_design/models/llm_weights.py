@@ -22,6 +22,8 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from experiment_design.errors import TracrError
+
 #: ``(a, b)``: layers ``a + 1 .. b`` (``b`` None: to the last); ``None``: the whole model
 Held = tuple[int, int | None] | None
 
@@ -108,8 +110,6 @@ def _dequantized(model: Any, path: str, names: set[str], parsed: dict | None
         out[hf] = torch.from_numpy(w).to(torch.float32)
     missing = wanted - set(out)
     if missing:
-        from experiment_design.errors import TracrError
-
         raise TracrError(f"{path}: no tensors for {sorted(missing)[:4]}")
     return out
 

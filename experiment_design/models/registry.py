@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from experiment_design.constants import TORCHVISION_PREFIX
 from experiment_design.errors import TracrError, UnknownNameError
+from experiment_design.models.weights import load_weights
 from experiment_design.registry import Registry
 
 if TYPE_CHECKING:
@@ -197,8 +198,6 @@ def create_model(name: str, *, seed: int = 0, weights: str | None = None) -> nn.
     else:
         model = MODELS.get(name)()
     if weights is not None:
-        from experiment_design.models.weights import load_weights
-
         load_weights(model, weights, torchvision_name=spec.torchvision_name, model_name=name)
     return model.eval()
 

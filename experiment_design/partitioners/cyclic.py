@@ -13,6 +13,7 @@ from experiment_design.partitioners.base import (
     Partitioner,
     register_partitioner,
 )
+from experiment_design.runtime.fidelity import transport_label
 from experiment_design.stats import bootstrap_medians, interval, separated
 
 #: the orders of the walk
@@ -348,8 +349,6 @@ class CyclicPartitioner(Partitioner):
                                          else h is not None and h <= self.race["precision"])},
                        inferences=self._n)
         if self.transports:
-            from experiment_design.runtime.fidelity import transport_label
-
             out.update(transports=[transport_label(cfg) for _, _, cfg in self.transports],
                        pairs=len(self.slots))
         return out
@@ -420,7 +419,7 @@ def parse_transports(items: Any) -> list[tuple[dict, list[int] | None, Any]]:
         return []
     if not isinstance(items, list):
         raise TracrError(f"cyclic: transports must be a list of transport settings, not {items!r}")
-    from experiment_design.transport import CodecConfig
+    from experiment_design.transport import CodecConfig  # loads torch: not at validate
 
     out = []
     for j, item in enumerate(items):

@@ -469,7 +469,7 @@ class ParticipantService(rpyc.Service):
 def codec_of(config: SetupConfig) -> Any:
     """The :class:`~experiment_design.transport.CodecConfig` of ``config.transport``
     (the defaults without one); it checks every value."""
-    from experiment_design.transport import CodecConfig
+    from experiment_design.transport import CodecConfig  # loads torch: see the module docstring
 
     return CodecConfig.from_dict(config.transport.to_dict() if config.transport else {})
 

@@ -15,10 +15,12 @@ import logging
 import time
 from typing import Any
 
+from experiment_design.models.llm import get_llm_spec, load_llm
 from experiment_design.protocol import SetupConfig, SetupInfo, Wiring
 from experiment_design.roles.base import ParticipantService, codec_of
 from experiment_design.roles.registry import register_role
 from experiment_design.roles.stage import ChainMember, StageRole, require_channels
+from experiment_design.runtime.chain import ChainHead
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,7 @@ class DecoderSetup(ParticipantService):
         what this stage holds."""
         import torch
 
-        from experiment_design.models.llm import get_llm_spec, load_llm
-        from experiment_design.split.decoder import DecoderSplit
+        from experiment_design.split.decoder import DecoderSplit  # loads torch: see roles/base
 
         threads = config.threads or self.threads
         if threads:
@@ -87,8 +88,6 @@ class DecoderHead(ChainMember, DecoderSetup):
 
     def on_setup(self, config: SetupConfig) -> SetupInfo:
         """The model, and the chain's head side."""
-        from experiment_design.runtime.chain import ChainHead
-
         info = super().on_setup(config)
         self.head = ChainHead(self)
         return info

@@ -10,6 +10,7 @@ import statistics
 import time
 from typing import Any
 
+from experiment_design.partitioners.predicted import prefix_cpu_of
 from experiment_design.runtime.clocks import clocks
 
 
@@ -148,8 +149,6 @@ def cold_prefix(sm: Any, x: Any, repeats: int, gap_s: float, sync: Any = None) -
 def handoff_points(sm: Any, prof: dict, quota: dict) -> list[int]:
     """Valid cuts whose prefixes take about 0.5, 1, 1.5, 2, 3 and 5 times the quota's
     budget in CPU time (from the layers' shares of ``full_cpu_ms``), and the last cut."""
-    from experiment_design.partitioners.predicted import prefix_cpu_of
-
     cum = prefix_cpu_of(prof, sm.n)
     if cum is None:
         return [sm.n]

@@ -6,6 +6,10 @@ channels from the stages before it and serves them with a
 :class:`~experiment_design.runtime.chain.ChainServer`: it runs its layers of each
 inference and passes the result on, to the next stage or back as the reply. The cloud
 is the stage that is last in every route of the edge/cloud pair; the edge is the head.
+
+torch and the transport (which loads torch) are imported inside the methods that use
+them, for start-up time: ``tracr experiment validate`` imports the roles and loads no
+torch (``tests/unit/test_cli_experiment.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from experiment_design.protocol import (
 )
 from experiment_design.roles.base import ParticipantService
 from experiment_design.roles.registry import register_role
+from experiment_design.runtime.chain import ChainServer
 from experiment_design.runtime.control import control
 
 log = logging.getLogger(__name__)
@@ -142,7 +147,6 @@ class StageRole(ChainMember):
     def on_setup(self, config: SetupConfig) -> SetupInfo:
         """Model plus a listening DataServer (bind host from ``data_bind``)."""
         info = super().on_setup(config)
-        from experiment_design.runtime.chain import ChainServer
         from experiment_design.transport import DataServer
 
         depth = int(((config.pipeline or {}).get("queue")) or 2)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiment_design.runtime.auth import connect_control as _connect
+
 
 def connect_control(host: str, port: int, secret: bytes, timeout: float = 10.0) -> Any:
     """Open an authenticated rpyc control connection to a participant."""
-    from experiment_design.runtime.auth import connect_control as _connect
-
     return _connect(host, port, secret, timeout=timeout)
 
 

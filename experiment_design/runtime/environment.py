@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import experiment_design
+from experiment_design.runtime import allocator
+
 
 def _cpu_model() -> str:
     try:
@@ -39,9 +42,6 @@ def _git_commit() -> str | None:
 def describe(threads: int | None = None) -> dict:
     """Python, torch, tracr versions, host, compute device, CPU and thread count."""
     import torch
-
-    import experiment_design
-    from experiment_design.runtime import allocator
 
     if torch.cuda.is_available():
         device = "cuda"

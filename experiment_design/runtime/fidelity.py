@@ -3,6 +3,10 @@ one inference's output compared with it (top-1 agreement, cosine, max abs differ
 
 The reference is computed once per input, before anything is timed; the comparison runs
 after an inference's clock has stopped. Both are plain torch on the CPU in float64.
+
+torch, the split engine and the transport (which load torch) are imported inside the
+functions that use them, for start-up time: ``tracr experiment validate`` imports this
+module through the roles and loads no torch (``tests/unit/test_cli_experiment.py``).
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ class Sequence:
 
     def take(self, c: Completed) -> None:
         """Record step ``c``'s reply: its token, its time."""
+        # loads torch: not at tracr experiment validate
         from experiment_design.split.decoder import next_token
 
         if c.error:
@@ -105,6 +106,7 @@ def _interleaved(head: Any, route: Route, seqs: list[Sequence], in_flight: int,
     """Several sequences in the chain: the head computes the next ready sequence's step
     while replies to the others are under way; a receiver thread feeds each chosen token
     back by putting its sequence on the ready queue."""
+    # loads torch: not at tracr experiment validate
     from experiment_design.transport.errors import TransportError
 
     down = head.owner.downstream[route.route[1]]

@@ -33,7 +33,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from experiment_design.energy import DEFAULT_COLLECTORS, EnergyCollector, create_energy
+from experiment_design.energy import DEFAULT_COLLECTORS, EnergyCollector, Probe, create_energy
 from experiment_design.protocol import MetricSample, SamplerFacts
 from experiment_design.runtime import procstat
 
@@ -139,8 +139,6 @@ class Sampler:
             try:
                 p = c.probe()
             except Exception as exc:  # a user's collector: its failure is its reason
-                from experiment_design.energy import Probe
-
                 p = Probe(False, f"probe failed: {type(exc).__name__}: {exc}")
             self.probes[name] = {**c.info(), **p.to_dict()}
             if p.supported:

@@ -16,6 +16,10 @@ which the decoder split reproduces exactly) over a fixed prompt set
 - ``logits_cosine_mean`` / ``_min``: the cosine of each teacher-forced step's logits with
   the unsplit model's;
 - ``bytes_per_token``: a decode step's encoded bytes at each cut (median over steps).
+
+torch, the split engine and the transport (which load torch) are imported inside the
+functions that use them, for start-up time: ``tracr experiment validate`` imports this
+module through the roles and loads no torch (``tests/unit/test_cli_experiment.py``).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.models.llm_weights import held_range
 
 #: the longest prompt a frame limit is sized for (tokens)
 MAX_PROMPT_TOKENS = 4096
@@ -120,7 +121,6 @@ class DecoderSplit:
         largest = max(MAX_PROMPT_TOKENS * hidden, vocab) * 4
         self.points = [DecoderPoint(i, ("ids",) if i == 0 else ("h",), largest)
                        for i in range(self.n + 1)]
-        from experiment_design.models.llm_weights import held_range
 
         #: the decoder layers whose weights this stage holds, and whether it holds the
         #: embedding (the head) and the norm and LM head (the last stage)

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from experiment_design.constants import SPLIT_MODES
 from experiment_design.errors import TracrError
+from experiment_design.models import create_model, example_input, get_model_spec
 from experiment_design.split.engine import SplitEngine, Timings
 from experiment_design.split.graph import GraphEngine, check_depth
 from experiment_design.split.hooks import HookEngine
@@ -296,8 +297,6 @@ def build_split_model(
     ``input_shape`` (no batch dim) overrides the model's default, e.g. its
     ``min_input_shape`` for quick checks.
     """
-    from experiment_design.models import create_model, example_input, get_model_spec
-
     if batch < 1:
         raise TracrError(f"batch must be >= 1 (got {batch})")
     model = create_model(name, seed=seed, weights=weights)

@@ -6,7 +6,9 @@ import json
 import logging
 from typing import Any
 
+from experiment_design.constants import IMAGENET_MEAN, IMAGENET_STD
 from experiment_design.errors import TracrError
+from experiment_design.models import get_model_spec
 from experiment_design.tasks.base import Task, register_task
 
 log = logging.getLogger(__name__)
@@ -96,9 +98,6 @@ class InferOne(Task):
 def _load_image(participant: Any, path: str) -> tuple[Any, Any, str]:
     from PIL import Image
     from torchvision.transforms import functional as F
-
-    from experiment_design.constants import IMAGENET_MEAN, IMAGENET_STD
-    from experiment_design.models import get_model_spec
 
     spec = get_model_spec(participant.config.model.name)
     c, h, w = spec.input_shape

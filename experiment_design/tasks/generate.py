@@ -6,6 +6,10 @@ import logging
 from typing import Any
 
 from experiment_design.errors import TracrError
+from experiment_design.models.llm import load_tokenizer, prompt_ids
+from experiment_design.runtime import heap
+from experiment_design.runtime.chain import Route
+from experiment_design.runtime.generation import generate, summarize
 from experiment_design.tasks.base import Task, register_task
 
 log = logging.getLogger(__name__)
@@ -33,10 +37,6 @@ class Generate(Task):
 
     def run(self, participant: Any) -> None:
         """Warm up, generate, report."""
-        from experiment_design.models.llm import prompt_ids
-        from experiment_design.runtime.chain import Route
-        from experiment_design.runtime.generation import generate, summarize
-
         self.check(participant)
         p = self.params
         chain = list((participant.config.pipeline or {}).get("chain")
@@ -63,7 +63,6 @@ class Generate(Task):
         if warm:
             generate(participant.head, route, [ids] * warm, 4, in_flight=in_flight,
                      reply=reply, first_seq=-warm - 1, stop=stop)
-        from experiment_design.runtime import heap
 
         _decode(model, ids[:1])  # the tokenizer, loaded before measuring
         # the tokenizer and the warm-up leave many objects: frozen now, a full collection
@@ -86,7 +85,5 @@ class Generate(Task):
 
 
 def _decode(model: str, tokens: list[int]) -> str | None:
-    from experiment_design.models.llm import load_tokenizer
-
     tok = load_tokenizer(model)
     return None if tok is None else tok.decode(tokens)
