@@ -175,6 +175,7 @@ def check_split(module, x, sample: int, *, mode: str = "auto") -> SplitCheck:
     (prefix then suffix) against ``module(x)``."""
     import torch
 
+    # loads torch: not at tracr --help, which imports this module
     from experiment_design.split import SplitModel, flatten_output, max_abs_diff
 
     out = SplitCheck()

@@ -23,6 +23,11 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from app_api.devices import get_device
+from app_api.devices.loopback import SSHD, start_loopback_sshd
+from app_api.launch import ParticipantSpec, launcher_for
+from app_api.launch.bundle import build_bundle
+
 TARGET_READY_S = 10.0
 
 
@@ -35,9 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _launchers(targets: list[str]):
-    from app_api.devices import get_device
-    from app_api.launch import launcher_for
-
     cloud, edge = (targets + targets)[:2] if targets else ("", "")
     return [
         (role, name, launcher_for(get_device(name)))
@@ -46,8 +48,6 @@ def _launchers(targets: list[str]):
 
 
 def _one_round(launchers, threads: int) -> dict:
-    from app_api.launch import ParticipantSpec
-
     def start(item):
         role, name, launcher = item
         spec = ParticipantSpec(instance=f"{role}-1", role=role, device=name, threads=threads,
@@ -87,23 +87,17 @@ def run(args: argparse.Namespace) -> dict:
     """Deploy a cloud+edge pair ``--repeats`` times; medians of ready and teardown times."""
     import os
 
-    from app_api.launch.bundle import build_bundle
-
     repeats = max(1, int(getattr(args, "repeats", 3)))
     load_before = os.getloadavg()[0]  # context: other work on the same cores slows torch import
     targets = list(getattr(args, "targets", []) or [])
     sshd = None
     if not targets:
-        from app_api.devices.loopback import SSHD, start_loopback_sshd
-
         if os.path.exists(SSHD):
             sshd = start_loopback_sshd()
         else:
             targets = ["localhost"]
     try:
         if sshd is not None:
-            from app_api.launch import launcher_for
-
             dev = sshd.device("loopback")
             launchers = [(r, dev.name, launcher_for(dev)) for r in ("cloud", "edge")]
             where = f"loopback sshd {sshd.host}:{sshd.port}"

@@ -33,6 +33,8 @@ import os
 import statistics
 import threading
 
+from app_api.lab import cgroup
+
 _CHILD = r"""
 import json, sys, time
 import torch, torchvision
@@ -121,8 +123,6 @@ def correlation(a: list[float], b: list[float]) -> float | None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from app_api.lab import cgroup
-
     cpus = sorted(set(args.cpu)) if args.cpu else sorted(os.sched_getaffinity(0))
     raw: dict[int, object] = {}
 

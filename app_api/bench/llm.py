@@ -36,6 +36,13 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from experiment_design.models.llm import load_llm, prompt_ids
+from experiment_design.runtime import heap
+from experiment_design.runtime.chain import ChainHead, Route
+from experiment_design.runtime.generation import generate, summarize
+from experiment_design.runtime.token_fidelity import measure, shipped_prompts
+from experiment_design.tasks.generate import DEFAULT_PROMPT
+
 TARGET = 1.05
 #: int8 activations at the cuts keep at least this token agreement
 AGREEMENT = 0.99
@@ -61,12 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure both, side by side; the result with its targets."""
     import torch
 
-    from experiment_design.models.llm import load_llm, prompt_ids
-    from experiment_design.runtime import heap
-    from experiment_design.runtime.chain import ChainHead, Route
-    from experiment_design.runtime.generation import generate, summarize
-    from experiment_design.split.decoder import DecoderSplit
-    from experiment_design.tasks.generate import DEFAULT_PROMPT
+    from experiment_design.split.decoder import DecoderSplit  # loads torch: not at tracr --help
 
     torch.set_num_threads(int(args.threads))
     n = int(args.tokens)
@@ -133,9 +135,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _fidelity(args: argparse.Namespace, model: Any, n: int) -> dict[str, Any]:
     """The lossy methods' fidelity at the cut, flat keys (see the module docstring)."""
-    from experiment_design.models.llm import prompt_ids
-    from experiment_design.runtime.token_fidelity import measure, shipped_prompts
-
     tokens = int(args.fidelity_tokens)
     methods = [m.strip() for m in str(args.lossy).split(",") if m.strip()]
     if tokens <= 0 or not methods:

@@ -26,6 +26,9 @@ timed pass records a CUDA event per layer and waits once, for the last
 (:mod:`experiment_design.split.clock`). ``sync_per_layer_ratio`` times the same pass
 with a synchronize and a host clock read at every layer instead, and ``sync_us`` is what
 one synchronize of an idle device costs: the price the events avoid at every layer.
+
+The split engine loads torch, so it is imported inside the functions that use it, for
+start-up time: ``tracr --help`` imports this module to list the benchmark's arguments.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+
+from experiment_design.errors import TracrError
+from experiment_design.models import create_model, example_input
+from experiment_design.runtime.sampler import Sampler, energy_collectors
 
 MODELS = ("alexnet", "resnet18")
 TARGETS = {"timing_overhead_ratio": 1.05, "suffix_ratio": 1.05, "sampling_overhead_ratio": 1.03}
@@ -98,7 +105,6 @@ def _suffix_case(repeats: int, warmup: int) -> dict:
     from torch import fx
     from torch.fx.passes.split_module import split_module
 
-    from experiment_design.models import create_model, example_input
     from experiment_design.split import SplitModel
 
     model = create_model("resnet18")
@@ -142,8 +148,6 @@ def _sampling_case(repeats: int, warmup: int, device: str, done: Callable) -> di
     in blocks rotated each round (off, on, off again: the A/A noise floor)."""
     import torch
 
-    from experiment_design.models import create_model, example_input
-    from experiment_design.runtime.sampler import Sampler, energy_collectors
     from experiment_design.split import SplitModel
 
     sm = SplitModel.build(create_model("alexnet"), example_input("alexnet"))
@@ -203,8 +207,6 @@ def run(args: argparse.Namespace) -> dict:
     """Measure both ratios; returns the benchmark dictionary."""
     import torch
 
-    from experiment_design.errors import TracrError
-    from experiment_design.models import create_model, example_input
     from experiment_design.split import SplitModel
 
     repeats = getattr(args, "repeats", 30)

@@ -13,6 +13,10 @@ machine instead) and reports, from that one run's ``summary.json``:
 - ``predicted_over_measured``: the partitioner's predicted throughput over the measured.
 
 Targets (the lab, 3 hosts at 0.6 core each): >= 0.9, >= 2.0, > 1.0.
+
+The manifest package (PyYAML) and the runner (torch) are imported inside the functions
+that use them, for start-up time: ``tracr --help`` imports this module to list the
+benchmark's arguments.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from app_api.lab import cgroup, pacer
+from app_api.lab.cgroup import run_pinned
+from app_api.lab.system import stop_pid
 from experiment_design.errors import TracrError
 
 _WORKER_PRIO = 5  # above every normal task, below the intruder and the pacer (50)
@@ -99,8 +102,6 @@ def _realtime(pid: int, prio: int) -> bool:
 def _worker(layers: int, repeats: int, cpu: int, cgroup_dir: Path | None) -> dict:
     """One case's passes: median wall and CPU time of a pass (ms). In a cgroup of its own
     (no real-time budget there) at normal priority, as a lab host; else real-time."""
-    from app_api.lab.cgroup import run_pinned
-
     placed: list[bool] = []
 
     def place(pid: int) -> None:
@@ -134,9 +135,6 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _paced(args: argparse.Namespace, cpu: int) -> dict:
     """The worker paced by the lab's pacer at ``args.fraction`` in a cgroup of its own."""
-    from app_api.lab import cgroup, pacer
-    from app_api.lab.system import stop_pid
-
     tick_us = pacer.DEFAULT_PERIOD_US if args.tick_ms is None else int(args.tick_ms * 1000)
     path = cgroup.create(f"tracr-bench-preempt-{os.getpid()}", 1.0)
     with tempfile.TemporaryDirectory(prefix="tracr-bench-preempt-") as tmp:
@@ -160,8 +158,6 @@ def _paced(args: argparse.Namespace, cpu: int) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     """The cases, one after the other; figures relative to ``alone`` of the same run."""
-    from app_api.lab import cgroup
-
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
     result: dict = {"model": f"mobilenet_v2 features[:{args.layers}]",
                     "repeats": args.repeats, "cpu": cpu}

@@ -30,6 +30,8 @@ import os
 import statistics
 from pathlib import Path
 
+from app_api.lab import cgroup
+
 _CHILD = r"""
 import json, random, sys, time
 import torch, torchvision
@@ -80,8 +82,6 @@ def _spread(xs: list[float]) -> dict:
 
 
 def _case(layers: int, repeats: int, gap_ms: float, cpu: int, cgroup_dir: Path | None) -> dict:
-    from app_api.lab import cgroup
-
     out = cgroup.run_pinned(_CHILD, [str(layers), str(repeats), str(gap_ms)], cpu, cgroup_dir,
                             what="benchmark's worker")
     rows = json.loads(out.strip().splitlines()[-1])
@@ -91,8 +91,6 @@ def _case(layers: int, repeats: int, gap_ms: float, cpu: int, cgroup_dir: Path |
 
 
 def run(args: argparse.Namespace) -> dict:
-    from app_api.lab import cgroup
-
     fractions = args.fraction or [0.25]
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
     period = cgroup.period_us(args.period_ms)

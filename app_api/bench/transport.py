@@ -14,6 +14,9 @@ interleaved round by round so that a busy machine slows both sides alike:
 
 Every time is read on this process's clock (a round trip), medians over the measured
 rounds, warm-up rounds discarded. MB means 10^6 bytes.
+
+The transport loads torch, so it is imported inside the functions that use it, for
+start-up time: ``tracr --help`` imports this module to list the benchmark's arguments.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from collections import defaultdict
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from experiment_design.errors import TracrError
 
 TARGETS = {"throughput_ratio": ">= 0.8", "rtt_ratio": "<= 1.5"}
 REPO = Path(__file__).resolve().parents[2]
@@ -70,8 +75,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _start_peer(secret: bytes) -> tuple[subprocess.Popen, dict[str, int]]:
-    from experiment_design.errors import TracrError
-
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiment_design.transport.peer", "--host", "127.0.0.1"],
         stdin=subprocess.PIPE,
@@ -126,7 +129,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     import torch
 
-    from experiment_design.errors import TracrError
     from experiment_design.transport import CodecConfig, connect
 
     size_mb = float(getattr(args, "size_mb", 10.0))
@@ -271,8 +273,6 @@ class _Rounds:
         self.out: dict[str, list[float]] = defaultdict(list)
 
     def tracr_big(self, codec=None) -> None:
-        from experiment_design.errors import TracrError
-
         t0 = self.now_ms()
         sent = self.ch.send({"op": "ack"}, {"x": self.big}, codec=codec or self.codec)
         header, _, _ = self.ch.recv()
@@ -288,8 +288,6 @@ class _Rounds:
             self.out["zstd_decode_ms"].append(float(header.get("decode_ms", float("nan"))))
 
     def encrypted_big(self) -> None:
-        from experiment_design.errors import TracrError
-
         t0 = self.now_ms()
         self.ench.send({"op": "ack"}, {"x": self.big}, codec=self.codec)
         header, _, _ = self.ench.recv()

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app_api.devices.registry import Device
 from experiment_design.errors import TracrError
 
 SSHD = "/usr/sbin/sshd"
@@ -51,8 +52,6 @@ class LoopbackSshd:
 
     def device(self, name: str = "loop", **overrides):
         """A :class:`Device` for this sshd (python defaults to this interpreter)."""
-        from app_api.devices.registry import Device
-
         fields = dict(
             name=name, host=self.host, port=self.port, user=self.user, key=self.key,
             python=sys.executable, known_hosts=self.known_hosts,

@@ -28,11 +28,12 @@ import os
 import time
 from pathlib import Path
 
-from app_api.lab import emulator, network
+from app_api.lab import emulator, network, timeline
 from app_api.lab import state as lab_state
+from app_api.lab import trace as traces
 from app_api.lab.pipe import LinkConfig, parse_fraction, parse_ge, parse_queue
 from app_api.lab.system import logged, ok, pid_alive, run, stop_pid
-from app_api.units import parse_rate
+from app_api.units import format_rate, parse_rate
 from experiment_design.errors import TracrError
 
 LINK_MODES = ("auto", "netem", "user")
@@ -77,8 +78,6 @@ def direction_config(bandwidth=None, delay=None, jitter=None, jitter_dist: str =
                      loss=parse_fraction(loss, "loss") if loss not in (None, "") else 0.0,
                      ge=ge, queue_bytes=qb, queue_packets=qp)
     if cfg.trace:
-        from app_api.lab import trace as traces
-
         traces.load(cfg.trace, rate)  # fails now, not in the emulator
         if cfg.trace not in traces.SYNTHETIC:
             cfg.trace = str(Path(cfg.trace).expanduser().resolve())
@@ -261,8 +260,6 @@ def apply(state: dict, spec: dict, mode: str, say) -> str | None:
     if mechanism == "user":
         start_emulator(state, spec, say)
     else:  # the emulator writes its own rows; the kernel's mechanisms are recorded here
-        from app_api.lab import timeline
-
         timeline.append([{"link": h, "dir": d, "event": "config", "mechanism": mechanism,
                           "rate_Bps": c.rate_Bps, "delay_ms": c.delay_ms,
                           "jitter_ms": c.jitter_ms, "loss": c.mean_loss(), "trace": None,
@@ -276,8 +273,6 @@ def apply(state: dict, spec: dict, mode: str, say) -> str | None:
 
 def trace_schedule(c: LinkConfig):
     """The capacity schedule of a direction (:mod:`app_api.lab.trace`), None if unshaped."""
-    from app_api.lab import trace as traces
-
     return traces.schedule(c.rate_Bps, c.trace)
 
 
@@ -289,8 +284,6 @@ def spec_from_state(state: dict) -> dict:
 
 def describe(c: LinkConfig) -> str:
     """One direction in a few words (``16 Mbit/s, 20 ms, loss 1%``), or 'none'."""
-    from app_api.units import format_rate
-
     parts = []
     if c.trace:
         parts.append(f"trace {Path(c.trace).name}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app_api.lab.cgroup import remove
 from app_api.units import MIN_BYTES, parse_limits, parse_size  # noqa: F401 (re-exported)
 from experiment_design.errors import TracrError
 
@@ -93,8 +94,6 @@ def apply(state: dict, limits: dict[str, int], say=lambda msg: None) -> None:
 def release(state: dict) -> list[str]:
     """Remove every host's memory cgroup (its processes must be gone); the paths
     removed."""
-    from app_api.lab.cgroup import remove
-
     removed = []
     for h in state.get("hosts", []):
         path = h.get("memory_cgroup")

@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from app_api.lab import trace as traces
+from app_api.units import parse_rate
 from experiment_design.errors import TracrError
 
 #: default queue depth in bytes: the tbf shaper's (see app_api.lab.network.QUEUE_BYTES)
@@ -121,7 +122,6 @@ def parse_queue(text: str | int | None) -> tuple[int | None, int | None]:
         if n < 1:
             raise TracrError("--queue needs at least 1 packet")
         return None, n
-    from app_api.units import parse_rate  # the same size prefixes (KB, MiB)
 
     size = int(parse_rate(s.replace("/s", "") + ("" if s.endswith("B") else "B")))
     if size < 1514:

@@ -100,6 +100,7 @@ def stated_lab(name: str) -> tuple[str, dict | None, dict]:
     """``(experiment name, lab section, network section)`` of manifest ``name``, each
     checked by the schema, without validating the rest: its participants name lab hosts
     that exist only once the lab it states is up (``tracr lab up --manifest``)."""
+    # the manifest package loads PyYAML: not at tracr --help, which imports this module
     from app_api.manifest.errors import ManifestError
     from app_api.manifest.schema import SCHEMA, SchemaProblem, validate
     from app_api.manifest.search import find_manifest

@@ -36,9 +36,13 @@ import os
 import statistics
 import time
 
-from app_api.lab import links, udpprobe
+from app_api.lab import cgroup, links, pacer, udpprobe
 from app_api.lab import state as lab_state
+from app_api.lab import trace as traces
+from app_api.lab.emulator import cpu_seconds
 from app_api.lab.pipe import LinkConfig
+from app_api.lab.system import require_root
+from app_api.lab.timeline import read_timeline
 from experiment_design.errors import TracrError
 
 PAYLOAD_SHARE = udpprobe.DATAGRAM / udpprobe.FRAME
@@ -182,8 +186,6 @@ def ping_time(configs: list[LinkConfig]) -> tuple[float, float]:
     tolerance). Each adds its delay and the ping frame's time on the link (59 bytes at
     the rate; at 1 Mbit/s 0.47 ms); on a Mahimahi trace a frame waits for the next
     opportunity: half the mean gap between them expected, up to the largest gap."""
-    from app_api.lab import trace as traces
-
     want = tol = 0.0
     for c in configs:
         want += c.delay_ms
@@ -213,9 +215,6 @@ def _rtt_row(rows: list, out: dict, where: str, want: tuple[float, float]) -> No
 def verify_lab(quick: bool = False, pings: int = 40, say=lambda m: None) -> dict:
     """Measure the lab that is up; the result (also stored in its state) has ``rows``
     (check, link, configured, measured, ok, note) and ``ok`` (every checked row passed)."""
-    from app_api.lab import cgroup
-    from app_api.lab.system import require_root
-
     require_root()
     state = lab_state.load_state()
     if not state or not state.get("hosts"):
@@ -307,8 +306,6 @@ def _cpu_share(h: dict, cgroup) -> float:
 
 def _epochs() -> dict:
     """The emulator's epoch (wall time) per (host, direction): where its trace began."""
-    from app_api.lab.timeline import read_timeline
-
     out = {}
     for row in read_timeline():
         if row.get("event") in ("start", "config"):
@@ -318,8 +315,6 @@ def _epochs() -> dict:
 
 def emulator_cpu(pid: int | None) -> float | None:
     """CPU seconds the emulator has used (None without one)."""
-    from app_api.lab.emulator import cpu_seconds
-
     return cpu_seconds(pid) if pid else None
 
 
@@ -327,8 +322,6 @@ def lab_health(state: dict | None = None) -> list[str]:
     """A message for each lab helper process that should run and does not (the link
     emulator, the CPU pacer); [] when all are alive or no lab is up. A run calls it
     before it starts and when it loses a participant, to name the cause."""
-    from app_api.lab import pacer
-
     if state is None:
         try:
             state = lab_state.load_state()

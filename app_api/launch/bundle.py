@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from app_api.devices.wheels import PLATFORM_SNIPPET, UNPACK_SNIPPET
+from experiment_design.errors import TracrError
 from experiment_design.protocol import PARTICIPANT_MODULE
 from experiment_design.registry import plugin_modules
 
@@ -56,8 +57,6 @@ def bundle_sources() -> list[tuple[Path, str]]:
             continue
         module = __import__(top)
         if not hasattr(module, "__path__"):
-            from experiment_design.errors import TracrError
-
             raise TracrError(f"the plugin {top} is a single module, which cannot be shipped",
                              hint="put it in a package (a folder with __init__.py)")
         items.append((_package_dir(top), f"deps/{top}"))

@@ -30,6 +30,7 @@ from app_api.launch.base import (
 )
 from experiment_design.errors import TracrError
 from experiment_design.protocol import ALIVE_LINE, PARTICIPANT_MODULE, Ready
+from experiment_design.runtime import connect_control
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +160,6 @@ class LocalLauncher(Launcher):
     def start(self, spec: ParticipantSpec,
               adopt: Callable[[ParticipantHandle], None] | None = None) -> LocalParticipant:
         """Start the process, wait for TRACR-READY, open the authenticated control connection."""
-        from experiment_design.runtime import connect_control
-
         workdir = tempfile.mkdtemp(prefix=f"tracr-{spec.instance}-")
         stderr_path = os.path.join(workdir, "stderr.log")
         cmd = [self.python, "-m", PARTICIPANT_MODULE, "--role", spec.role,

@@ -15,7 +15,8 @@ from app_api.devices.registry import LOCALHOST, DeviceRegistry
 from experiment_design.constants import TORCHVISION_PREFIX
 from experiment_design.models import list_models
 from experiment_design.models.llm import list_llms
-from experiment_design.partitioners import list_partitioners
+from experiment_design.params import problems
+from experiment_design.partitioners import get_partitioner, list_partitioners
 from experiment_design.roles import list_roles
 from experiment_design.tasks import list_tasks
 
@@ -57,9 +58,6 @@ def datasets() -> list[str]:
 def param_problems(kind: str, name: str, given: dict) -> list[tuple[str, str]]:
     """``(param, problem)`` for each of ``given`` that partitioner or dataset ``name``'s
     declared parameters refuse (:mod:`experiment_design.params`)."""
-    from experiment_design.params import problems
-    from experiment_design.partitioners import get_partitioner
-
     cls = get_partitioner(name) if kind == "partitioner" else dataset_registry.get_dataset_class(
         name)
     return problems(cls, given)

@@ -17,6 +17,7 @@ from typing import Any
 from app_api.manifest.errors import KeyPath
 from app_api.units import parse_limits, parse_rate
 from experiment_design.constants import CODECS, FILTERS, GRANULARITIES, LOSSY, SPLIT_MODES
+from experiment_design.energy import list_energy
 from experiment_design.errors import TracrError
 
 REQUIRED: Any = object()
@@ -98,7 +99,6 @@ def _energy_check(v: Any) -> str | None:
                 f"not {_describe(v)}")
     if isinstance(v, dict) and not all(p is None or isinstance(p, dict) for p in v.values()):
         return "each collector's parameters must be a mapping"
-    from experiment_design.energy import list_energy
 
     valid = list_energy()
     unknown = [n for n in v if n not in valid]

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from app_api.manifest.errors import ManifestError
+from app_api.manifest.yamlio import load_yaml_file
+from experiment_design.errors import UnknownNameError
 
 SUFFIXES = (".yaml", ".yml")
 
@@ -73,7 +75,6 @@ def find_manifest(name: str) -> Path:
     files = _files()
     if name in files:
         return files[name]
-    from experiment_design.errors import UnknownNameError
 
     msg = UnknownNameError("experiment", name, files).message
     raise ManifestError(
@@ -85,8 +86,6 @@ def find_manifest(name: str) -> Path:
 
 def list_manifests() -> list[tuple[str, Path, str]]:
     """``(name, path, description)`` of every manifest on the search path, sorted by name."""
-    from app_api.manifest.yamlio import load_yaml_file
-
     out = []
     for name, path in sorted(_files().items()):
         try:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 
+from app_api.results.store import STAGES_FILE, complete_rows
+
 #: the largest residual, as a share of e2e, for a budget that "adds up"
 TOLERANCE = 0.02
 
@@ -143,8 +145,6 @@ def latency_budget(rows: Iterable[Mapping], stages: Iterable[Mapping] = ()) -> d
 def run_budget(run_dir, rows: list[Mapping]) -> dict | None:
     """:func:`latency_budget` of a run directory's rows and its ``stages.csv`` (if any)."""
     from pathlib import Path
-
-    from app_api.results.store import STAGES_FILE, complete_rows
 
     return latency_budget(rows, complete_rows(Path(run_dir) / STAGES_FILE))
 

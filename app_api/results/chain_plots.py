@@ -8,8 +8,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from app_api.results.budget import from_stages
+from app_api.results.dispersion import median_interval
 from app_api.results.figstyle import COLOURS, COLUMN_IN, TEXT_IN, caption, load_envs, pyplot, save
-from app_api.results.store import STAGES_FILE, complete_rows
+from app_api.results.store import STAGES_FILE, complete_rows, read_csv
 
 _STAGE_COLOURS = ["#4c72b0", "#55a868", "#8172b2", "#64b5cd", "#937860", "#da8bc3"]
 
@@ -61,9 +62,6 @@ def draw_chain_latency(summary: Mapping, run_dir: Path, formats: Iterable[str] =
     """``latency_per_config``: per configuration of a chain, the medians of each stage's
     compute, the codec, the transfer and the queue wait stacked, and the median end to end
     with its bootstrap 95% interval."""
-    from app_api.results.dispersion import median_interval
-    from app_api.results.store import read_csv
-
     run_dir = Path(run_dir)
     configs = config_parts(read_csv(run_dir / "inferences.csv"),
                            complete_rows(run_dir / STAGES_FILE))

@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app_api.results.drift import drift_of_runs
 from app_api.results.store import load_group, load_summary
+from experiment_design.errors import TracrError
 
 SINGLE = "-"  # the label of a run that is not part of a bandwidth group
 ROLES = ("edge", "cloud")
@@ -143,8 +145,6 @@ def compare_points(points: Sequence[Point]) -> dict:
 
 
 def _drift(run_dirs: list[str], moved: float | None) -> dict:
-    from app_api.results.drift import drift_of_runs
-
     drifts = drift_of_runs(run_dirs)
     known = [d for d in drifts if d is not None]
     could = (moved * 100 <= max(known)) if known and moved is not None else None
@@ -155,8 +155,6 @@ def compare_runs(run_dirs: Sequence[str | Path]) -> dict:
     """Compare runs of one experiment, bandwidth by bandwidth (the bandwidths every run
     has, in the first run's order). A TracrError for fewer than two runs, a run without
     a best split, runs of different models or runs without a bandwidth in common."""
-    from experiment_design.errors import TracrError
-
     if len(run_dirs) < 2:
         raise TracrError("compare needs two runs or more")
     loaded = []

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Iterable
 
 from app_api.results.summary import num
+from app_api.units import parse_rate
 
 #: the fidelity floor (top-1 agreement with the unsplit model) when the manifest sets none
 DEFAULT_FLOOR = 0.99
@@ -135,8 +136,6 @@ def answer(pairs: list[dict], bandwidth_Bps: float, floor: float = DEFAULT_FLOOR
 def run_rates(summary: dict, bandwidths: Iterable | None = None) -> list[tuple[str, float]]:
     """The bandwidths to answer at: the ones given (rates as ``4MB/s``), then the run's
     own link (the lab's measured link, else the head's probed one)."""
-    from app_api.units import parse_rate
-
     out = [(str(b), parse_rate(b)) for b in (bandwidths or [])]
     lab = (summary.get("network") or {}).get("lab") or {}
     if num(lab.get("bandwidth_Bps")):

@@ -12,14 +12,19 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from app_api.results import split_plots
+from app_api.results.adaptive_plot import draw_adaptive
+from app_api.results.chain_plots import chain_length, draw_chain_latency, draw_timeline
+from app_api.results.figstyle import load_envs
+from app_api.results.pareto import DEFAULT_OBJECTIVES, pareto_front
+from app_api.results.plots import draw_pareto, draw_rate_fidelity
+from app_api.results.split_plots import draw_bandwidth, draw_latency
+from app_api.results.store import CONFIGS_FILE, load_group, read_configs
+
 log = logging.getLogger(__name__)
 
 
 def _latency(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Path]:
-    from app_api.results.chain_plots import chain_length, draw_chain_latency
-    from app_api.results.figstyle import load_envs
-    from app_api.results.split_plots import draw_latency
-
     if chain_length(run_dir) > 2:  # a chain: per stage, not edge / transfer / cloud
         return draw_chain_latency(summary, run_dir, formats)
     return draw_latency(summary, run_dir, formats, load_envs(run_dir))
@@ -27,10 +32,6 @@ def _latency(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Pa
 
 def _two_party(name: str) -> Callable:
     def draw(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Path]:
-        from app_api.results import split_plots
-        from app_api.results.chain_plots import chain_length
-        from app_api.results.figstyle import load_envs
-
         if chain_length(run_dir) > 2:
             return []
         return getattr(split_plots, name)(summary, run_dir, formats, load_envs(run_dir))
@@ -39,10 +40,6 @@ def _two_party(name: str) -> Callable:
 
 
 def _bandwidth(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Path]:
-    from app_api.results.chain_plots import chain_length
-    from app_api.results.split_plots import draw_bandwidth
-    from app_api.results.store import load_group
-
     group = load_group(run_dir)
     if group is None and chain_length(run_dir) > 2:
         return []
@@ -50,13 +47,8 @@ def _bandwidth(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[
 
 
 def _pareto(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Path]:
-    from app_api.results.plots import draw_pareto
-    from app_api.results.store import CONFIGS_FILE
-
     if not (Path(run_dir) / CONFIGS_FILE).exists():
         return []
-    from app_api.results.pareto import DEFAULT_OBJECTIVES, pareto_front
-    from app_api.results.store import read_configs
 
     groups = pareto_front(read_configs(run_dir), DEFAULT_OBJECTIVES)
     out = [draw_pareto(groups, DEFAULT_OBJECTIVES, run_dir, tuple(formats))]
@@ -64,23 +56,18 @@ def _pareto(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Pat
 
 
 def _rate_fidelity(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Path]:
-    from app_api.results.plots import draw_rate_fidelity
-
     p = draw_rate_fidelity(dict(summary), run_dir, tuple(formats)) if summary.get("codecs") \
         else None
     return [p] if p else []
 
 
 def _timeline(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Path]:
-    from app_api.results.chain_plots import draw_timeline
-
     return draw_timeline(run_dir, formats=formats)
 
 
 def _adaptive(summary: Mapping, run_dir: Path, formats: Iterable[str]) -> list[Path]:
     if not summary.get("adaptive"):
         return []
-    from app_api.results.adaptive_plot import draw_adaptive
 
     p = draw_adaptive(dict(summary), Path(run_dir), tuple(formats))
     return [p] if p else []

@@ -24,6 +24,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app_api.results.figstyle import load_envs
+from app_api.results.store import (
+    CONFIG_COLUMNS,
+    CONFIGS_FILE,
+    INFER_COLUMNS,
+    LAYER_COLUMNS,
+    STAGE_COLUMNS,
+    STAGES_FILE,
+    complete_rows,
+    find_run,
+    load_summary,
+)
 from experiment_design.errors import TracrError
 
 #: the tables of a run, in export order
@@ -54,15 +66,11 @@ class Run:
     @functools.cached_property
     def summary(self) -> dict:
         """summary.json ({} when the run did not finish)."""
-        from app_api.results.store import load_summary
-
         return load_summary(self.dir) or {}
 
     @functools.cached_property
     def environment(self) -> dict:
         """environment.json: participant -> what it reported about itself."""
-        from app_api.results.figstyle import load_envs
-
         return load_envs(self.dir)
 
     @functools.cached_property
@@ -76,7 +84,6 @@ class Run:
         path = self.dir / name
         if not path.exists() or path.stat().st_size == 0:
             return pd.DataFrame(columns=columns)
-        from app_api.results.store import complete_rows
 
         # complete rows only: a run killed mid-write leaves a last line cut off
         return pd.DataFrame(complete_rows(path), columns=columns).pipe(_typed)
@@ -84,29 +91,21 @@ class Run:
     @functools.cached_property
     def inferences(self) -> Any:
         """inferences.csv: one row per inference (failed ones with ``error`` set)."""
-        from app_api.results.store import INFER_COLUMNS
-
         return self._csv("inferences.csv", _header(self.dir / "inferences.csv", INFER_COLUMNS))
 
     @functools.cached_property
     def layers(self) -> Any:
         """layers.csv: one row per layer of each inference on the device that ran it."""
-        from app_api.results.store import LAYER_COLUMNS
-
         return self._csv("layers.csv", _header(self.dir / "layers.csv", LAYER_COLUMNS))
 
     @functools.cached_property
     def stages(self) -> Any:
         """stages.csv: one row per stage of each inference (times on each stage's clock)."""
-        from app_api.results.store import STAGE_COLUMNS, STAGES_FILE
-
         return self._csv(STAGES_FILE, _header(self.dir / STAGES_FILE, STAGE_COLUMNS))
 
     @functools.cached_property
     def configs(self) -> Any:
         """configs.csv: one row per measured pipeline configuration."""
-        from app_api.results.store import CONFIG_COLUMNS, CONFIGS_FILE
-
         return self._csv(CONFIGS_FILE, CONFIG_COLUMNS)
 
     @functools.cached_property
@@ -181,6 +180,4 @@ def _typed(df: Any) -> Any:
 def load(ref: str | Path = "last") -> Run:
     """The run ``ref`` names (``last``, an experiment's name, ``EXPERIMENT/last``, a run id
     or a directory, as ``tracr results show`` takes them) as a :class:`Run`."""
-    from app_api.results.store import find_run
-
     return Run(find_run(str(ref)))

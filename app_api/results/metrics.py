@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app_api.fsutil import atomic_write
 from app_api.results.drift import drift_flag
 from app_api.results.energy import energy_by_split
 from experiment_design.energy import integrate
@@ -303,8 +304,6 @@ def write_metrics(run_dir: Path, log: MetricsLog) -> Path | None:
         return None
     import csv
     import io
-
-    from app_api.fsutil import atomic_write
 
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=log.columns(), extrasaction="ignore")

@@ -6,17 +6,19 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from app_api.results.chain_plots import chain_length, draw_chain_latency
+from app_api.results.chain_plots import draw_timeline as draw_chain_timeline
+from app_api.results.figstyle import TEXT_IN, caption, load_envs, pyplot, save
 from app_api.results.pareto import DEFAULT_OBJECTIVES, OBJECTIVES, ParetoGroup, pareto_front
-from app_api.results.store import read_configs
+from app_api.results.split_plots import draw_split_figures
+from app_api.results.store import load_summary, read_configs
+from app_api.units import format_bytes
 
 
 def draw(summary: dict, run_dir: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
     """The figures per split point (:mod:`app_api.results.split_plots`) of a two-party run;
     a chain of three or more stages gets the per-stage latency of each configuration
     instead (:func:`app_api.results.chain_plots.draw_chain_latency`)."""
-    from app_api.results.chain_plots import chain_length, draw_chain_latency
-    from app_api.results.split_plots import draw_split_figures
-
     if chain_length(run_dir) > 2:
         return draw_chain_latency(summary, run_dir, formats)
     return draw_split_figures(summary, run_dir, formats)
@@ -45,7 +47,6 @@ def draw_pareto(groups: list[ParetoGroup], objectives: Sequence[str],
     shown = [g for g in groups if plottable(g.points)]
     if not shown:
         return None
-    from app_api.results.figstyle import pyplot
 
     plt = pyplot()
     size = _SizeScale([r.get(OBJECTIVES["bytes"][0]) for g in shown for r in g.points]
@@ -89,8 +90,6 @@ def draw_pareto(groups: list[ParetoGroup], objectives: Sequence[str],
         for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
             if text.get_text().endswith(" mode"):  # a mode's marker, not a size key
                 handle.set_sizes([_SizeScale.FIXED])
-    from app_api.results.figstyle import caption, load_envs, save
-    from app_api.results.store import load_summary
 
     summary = load_summary(run_dir) or {"experiment": Path(run_dir).parent.name}
     fig.suptitle(f"{summary.get('experiment')}: Pareto front over {', '.join(objectives)}")
@@ -128,15 +127,11 @@ class _SizeScale:
 
 def _bytes_text(n: float) -> str:
     """``512 B``, ``1.5 KiB`` (as ``tracr results show`` prints bytes)."""
-    from app_api.units import format_bytes
-
     return format_bytes(n)
 
 
 def draw_timeline(run_dir: Path, window: int = 12) -> Path | None:
     """``plots/timeline.png`` (:func:`app_api.results.chain_plots.draw_timeline`), or None."""
-    from app_api.results.chain_plots import draw_timeline as draw_chain_timeline
-
     paths = draw_chain_timeline(run_dir, window)
     return paths[0] if paths else None
 
@@ -153,7 +148,6 @@ def draw_rate_fidelity(summary: dict, run_dir: Path,
              if p.get("bytes_encoded") and p.get("cosine_median") is not None]
     if not pairs:
         return None
-    from app_api.results.figstyle import TEXT_IN, caption, load_envs, pyplot, save
 
     plt = pyplot()
     gaps = [1.0 - p["cosine_median"] for p in pairs]

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from app_api.fsutil import atomic_write
-from app_api.results.figstyle import devices_text, link_text, load_envs
+from app_api.results.figstyle import DPI, devices_text, link_text, load_envs
+from app_api.results.store import load_summary
 
 REPORT_FILE = "report.html"
 
@@ -190,8 +191,6 @@ def _png_width_px(data: bytes) -> int | None:
 def figures_section(run_dir: Path) -> str:
     """Every PNG under ``plots/``, embedded at its printed size (300 dpi drawn, 96 css px
     to the inch shown)."""
-    from app_api.results.figstyle import DPI
-
     out = []
     files = sorted((Path(run_dir) / "plots").glob("*.png"),
                    key=lambda p: (_ORDER.index(p.stem) if p.stem in _ORDER else 99, p.stem))
@@ -217,8 +216,6 @@ def metrics_section(summary: Mapping) -> str:
 
 def build_report(run_dir: Path, summary: Mapping | None = None) -> str:
     """The page's HTML for the run in ``run_dir``."""
-    from app_api.results.store import load_summary
-
     run_dir = Path(run_dir)
     summary = summary if summary is not None else (load_summary(run_dir) or {})
     envs = load_envs(run_dir)

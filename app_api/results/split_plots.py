@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from app_api.results.figstyle import COLOURS, TEXT_IN, caption, load_envs, pyplot, save
+from app_api.results.store import complete_rows
+from app_api.units import parse_rate
 
 
 def _splits(summary: Mapping) -> list[dict]:
@@ -169,8 +171,6 @@ def draw_layers(summary: Mapping, run_dir: Path, formats: Iterable[str] = ("png"
                 envs: Mapping | None = None) -> list[Path]:
     """``layers``: each layer's median time on each device that ran it (top) and the
     size of what crosses the cut after it (bottom, log scale)."""
-    from app_api.results.store import complete_rows
-
     per = layer_medians(complete_rows(Path(run_dir) / "layers.csv"))
     if not per:
         return []
@@ -306,8 +306,6 @@ def draw_bandwidth(summary: Mapping, run_dir: Path, formats: Iterable[str] = ("p
     rate's measured best split (and each scored partitioner's choice); one run: the split
     its measured compute medians and bytes would make best at rates from 0.1 to 1000 MB/s
     (the wire's time estimated as bytes / rate), the rate it ran at marked."""
-    from app_api.units import parse_rate
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(TEXT_IN / 2, 2.6))
     if group is not None:

@@ -7,15 +7,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app_api.results import ResultsWriteError, build_summary
+from app_api.results.adaptive import adaptive_summary, write_link_csv
+from app_api.results.budget import run_budget, warmup_count
 from app_api.results.energy import score_energy
 from app_api.results.fidelity import codec_summary
+from app_api.results.figures import draw_kinds
 from app_api.results.metrics import metrics_summary, write_metrics
 from app_api.results.noise import measurement_noise, pair_noise, pair_samples
+from app_api.results.report import write_report
 from app_api.results.scoring import evaluate_run
 from app_api.results.summary import rows_of_transport
 from app_api.runner.pipeline import pipeline_summary
 from app_api.runner.state import RunState
 from app_api.units import parse_rate
+from experiment_design.errors import TracrError
+from experiment_design.transport.codec import CodecConfig
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +129,6 @@ def gather(state: RunState, interrupted: bool) -> RunResult:
 def add_budget(state: RunState, summary: dict, run_dir: Path, rows: list[dict]) -> None:
     """``latency_budget`` (do the parts add up to e2e?) and ``warmup`` (what was not
     recorded) into the summary; a budget that cannot be read is a warning."""
-    from app_api.results.budget import run_budget, warmup_count
-
     rounds = int((state.manifest.run or {}).get("warmup", 2) or 0)
     configs = len((summary.get("pipeline") or {}).get("configs") or [])
     summary["warmup"] = warmup_count(rounds, len(summary.get("splits") or []), configs)
@@ -160,8 +164,6 @@ def run_transport(state: RunState, rows: list[dict]) -> str | None:
     (the label is needed only then, and the codec module imports torch)."""
     if len({r.get("transport") for r in rows if not r.get("error")} - {"", None}) < 2:
         return None
-    from experiment_design.errors import TracrError
-    from experiment_design.transport.codec import CodecConfig
 
     try:
         return CodecConfig.from_dict(dict(state.manifest.transport or {})).label
@@ -173,15 +175,11 @@ def draw_plots(summary: dict, run_dir: Path) -> None:
     """The run's figures (every kind that applies: :mod:`app_api.results.figures`), then
     ``report.html``, after the run, off its timed path. A figure or a report that fails is
     logged, never raised: they must never lose a run."""
-    try:  # matplotlib: imported only once there is something to draw
-        from app_api.results.figures import draw_kinds
-
+    try:  # matplotlib loads inside draw_kinds, once there is something to draw
         draw_kinds(summary, Path(run_dir))
     except Exception as exc:
         log.warning("plots not drawn: %s", exc)
     try:
-        from app_api.results.report import write_report
-
         write_report(Path(run_dir), summary)
     except Exception as exc:
         log.warning("report.html not written: %s", exc)
@@ -215,8 +213,6 @@ def score_adaptive(state: RunState, summary: dict, run_dir: Path,
                    rows: list[dict]) -> dict | None:
     """The adaptive partitioner's block (:func:`app_api.results.adaptive.adaptive_summary`:
     ``adaptive.csv``, the hindsight scores), None when the run has none; never raises."""
-    from app_api.results.adaptive import adaptive_summary
-
     try:
         return adaptive_summary(summary, rows, run_dir,
                                 (state.manifest.evaluate or {}).get("hindsight"),
@@ -240,7 +236,6 @@ def link_timeline_of(state: RunState, run_dir: Path, rows: list[dict]) -> list[d
         return None
     if not entries:
         return None
-    from app_api.results.adaptive import write_link_csv
 
     write_link_csv(run_dir, entries)
     head = next((i for i in state.manifest.participant_instances

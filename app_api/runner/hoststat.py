@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app_api.lab.state import load_state
 from experiment_design.errors import TracrError
 
 
 def lab_cpu_stat(device: str) -> Path | None:
     """The ``cpu.stat`` of lab host ``device``'s cgroup, or None (not a lab host, no lab,
     a host without a CPU limit)."""
-    from app_api.lab.state import load_state
-
     try:
         state = load_state()
     except TracrError:

@@ -16,7 +16,8 @@ from dataclasses import asdict
 from typing import Any
 
 from app_api import lab
-from app_api.lab import requirement
+from app_api.lab import requirement, timeline, verify
+from app_api.lab.verify import lab_health
 from experiment_design.errors import TracrError
 
 
@@ -56,8 +57,6 @@ def check_lab(manifest: Any) -> dict | None:
     ``lab.on_mismatch: record`` overrides the latter.
     """
     if uses_lab(manifest):
-        from app_api.lab import verify
-
         section = manifest.lab or {}
         verify.require_verified(force=section.get("on_mismatch") == "record")
     record = lab_check(manifest)
@@ -79,7 +78,6 @@ def lab_health_errors(manifest: Any) -> list[str]:
     for the end of a run that lost a participant; [] when all is well or off the lab."""
     if not uses_lab(manifest):
         return []
-    from app_api.lab.verify import lab_health
 
     return lab_health()
 
@@ -89,8 +87,6 @@ def record_link(manifest: Any, run_dir, t0: float, t1: float) -> None:
     ``t1`` (wall times; :func:`app_api.lab.timeline.link_timeline`), so every inference
     can be matched to the rate, delay and loss it met. Nothing off the lab."""
     from pathlib import Path
-
-    from app_api.lab import timeline
 
     if not uses_lab(manifest) or run_dir is None or not Path(run_dir).is_dir():
         return

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from app_api import lab
+from experiment_design.errors import TracrError
+from experiment_design.models.llm import is_llm, llm_skeleton
+from experiment_design.split.decoder import DecoderSplit
 from experiment_design.tasks.generate import MODE
 
 
@@ -57,8 +61,6 @@ def stage_layers(manifest: Any) -> dict[str, list]:
 def llm_setup(manifest: Any, instance: str) -> dict:
     """The ``extra`` of ``instance``'s set-up: for a language model, the layers it holds
     (``llm_layers``, see :func:`stage_layers`); nothing for any other model."""
-    from experiment_design.models.llm import is_llm
-
     if not is_llm((manifest.model or {}).get("name")):
         return {}
     held = stage_layers(manifest).get(instance)
@@ -78,12 +80,9 @@ def check_memory(manifest: Any) -> None:
     not fit, one that fails cannot."""
     import importlib.util
 
-    from experiment_design.models.llm import is_llm
-
     name = (manifest.model or {}).get("name")
     if not is_llm(name) or importlib.util.find_spec("transformers") is None:
         return
-    from app_api import lab
 
     state = lab.load_state() or {}
     caps = {h["name"]: int(h["memory_bytes"]) for h in state.get("hosts", [])
@@ -93,9 +92,6 @@ def check_memory(manifest: Any) -> None:
               if devices.get(inst) in caps}
     if not ranges:
         return
-    from experiment_design.errors import TracrError
-    from experiment_design.models.llm import llm_skeleton
-    from experiment_design.split.decoder import DecoderSplit
 
     sm = DecoderSplit(llm_skeleton(name), name=name)
     kv = [f["kv_bytes_per_token"] for f in sm.layer_facts()]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from app_api.lab import requirement
 from app_api.manifest import Manifest, Override, derive_manifest, validate_data
+from app_api.manifest.yamlio import load_yaml_file
 from app_api.results import complete_rows
 from experiment_design.errors import TracrError
 
@@ -218,8 +219,6 @@ def resume_manifest(manifest: Manifest, done: dict[int, int], source: Path) -> M
 
 def check_same_experiment(manifest: Manifest, source: Path) -> None:
     """Refuse (exit 2) to resume a run of another model, dataset or set of participants."""
-    from app_api.manifest.yamlio import load_yaml_file
-
     path = Path(source) / "manifest.yaml"
     if not path.is_file():
         raise TracrError(f"{source} has no manifest.yaml: not a tracr run directory.",
