@@ -6,13 +6,16 @@ import argparse
 import logging
 import sys
 
+from app_api.cli import build_parser as build
+from app_api.plugins import activate
+from app_api.terminal import printable
+from experiment_design.errors import TracrError
+
 __version__ = "0.1.0"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tracr`` parser with every command group registered (no heavy imports)."""
-    from app_api.cli import build_parser as build
-
     return build(__version__)
 
 
@@ -33,8 +36,6 @@ def _setup_logging(debug: bool) -> None:
 def _shown(record: logging.LogRecord) -> bool:
     """Every log line's message with its control characters escaped: many carry a
     participant's or a device's text (an error, a warning it sent)."""
-    from app_api.terminal import printable
-
     try:
         record.msg, record.args = printable(record.getMessage()), None
     except Exception:  # noqa: BLE001 - a malformed record is logging's to report
@@ -50,18 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if args.group is None else 2
     _setup_logging(args.debug)
-    from experiment_design.errors import TracrError
-
     try:
-        from app_api.plugins import activate
-
         activate()  # installed packages' tracr.plugins entry points (app_api.plugins)
         code = args.func(args)
     except TracrError as exc:
         if args.debug:
             raise
-        from app_api.terminal import printable  # a message may carry a participant's text
-
+        # a message may carry a participant's text
         print(f"error: {printable(exc.message)}", file=sys.stderr)
         if exc.hint:
             print(f"hint: {printable(exc.hint)}", file=sys.stderr)

@@ -1,10 +1,11 @@
 """How ``tracr results`` writes a figure in a table cell, and the console it prints to.
 
-Only the standard library at the top, as every module under :mod:`app_api.cli`: rich and
-:mod:`app_api.units` are imported where a cell or a console is made, for start-up time.
+rich is imported where a cell or a console is made, for start-up time (:mod:`app_api.cli`).
 """
 
 from __future__ import annotations
+
+from app_api.units import format_bytes
 
 
 def wide_console():
@@ -25,8 +26,6 @@ def fixed(v, nd: int = 2) -> str:
 
 def nbytes(v) -> str:
     """A byte count in binary units (KiB, MiB: :func:`app_api.units.format_bytes`)."""
-    from app_api.units import format_bytes
-
     return format_bytes(v)
 
 

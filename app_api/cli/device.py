@@ -6,6 +6,12 @@ import argparse
 import os
 import sys
 
+from app_api.devices.pairing import PairRequest, pair
+from app_api.devices.probe import describe, probe, probe_local
+from app_api.devices.registry import DeviceRegistry
+from app_api.devices.wheels import DevicePlatform, cache_dir, deps_report, pip_download
+from experiment_design.errors import TracrError
+
 
 def _devices_option(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument(
@@ -105,9 +111,6 @@ def _wizard(args: argparse.Namespace) -> None:
 
 def cmd_pair(args: argparse.Namespace) -> int:
     export_devices_path(args)
-    from app_api.devices.pairing import PairRequest, pair
-    from app_api.devices.probe import describe
-    from experiment_design.errors import TracrError
 
     interactive = sys.stdin.isatty() and not args.password_stdin
     if interactive and (args.name is None or (args.host is None and not args.rekey)):
@@ -141,16 +144,12 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
 
 def _probe_any(dev):
-    from app_api.devices.probe import probe, probe_local
-
     return probe_local() if dev.builtin else probe(dev)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     export_devices_path(args)
     import json
-
-    from app_api.devices.registry import DeviceRegistry
 
     reg = DeviceRegistry.load()
     names = args.names or reg.names()
@@ -163,7 +162,6 @@ def cmd_check(args: argparse.Namespace) -> int:
             reg.add(dev)
     if any(not d.builtin for d in devices):
         reg.save()
-    from app_api.devices.wheels import deps_report
 
     deps = {d.name: deps_report(d.last_check) for d in devices if not d.builtin}
     if args.json:
@@ -200,9 +198,6 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     """Probe each device (or take its last check, if it is offline) and fetch the wheels
     of what it lacks for its platform and python into the cache."""
     export_devices_path(args)
-    from app_api.devices.registry import DeviceRegistry
-    from app_api.devices.wheels import DevicePlatform, cache_dir, deps_report, pip_download
-    from experiment_design.errors import TracrError
 
     reg = DeviceRegistry.load()
     devices = [reg.get(n) for n in (args.names or reg.names()) if n != "localhost"]
@@ -225,8 +220,6 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _rows(devices) -> list[dict]:
-    from app_api.devices.probe import describe
-
     rows = []
     for d in devices:
         chk = d.last_check or {}
@@ -244,7 +237,7 @@ def _print_table(devices, detail: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from app_api.runner.progress import printable
+    from app_api.runner.progress import printable  # loads torch: not at tracr --help
 
     def cell(text) -> str:  # what a device reported is shown, never obeyed (markup, escapes)
         return escape(printable(text))
@@ -272,8 +265,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
     export_devices_path(args)
     import json
 
-    from app_api.devices.registry import DeviceRegistry
-
     reg = DeviceRegistry.load()
     devices = reg.devices()
     if args.check:
@@ -291,7 +282,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_rm(args: argparse.Namespace) -> int:
     export_devices_path(args)
-    from app_api.devices.registry import DeviceRegistry
 
     reg = DeviceRegistry.load()
     dev = reg.remove(args.name)

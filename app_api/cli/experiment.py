@@ -4,8 +4,8 @@ This module parses arguments and renders results; the work is done in
 :mod:`app_api.manifest` (finding, loading, validating, the template) and
 :mod:`app_api.runner` (planning and running). ``--set`` is parsed once here into
 :class:`~app_api.manifest.Override` objects that everything downstream takes.
-Only the standard library is imported at module level (this runs for
-``tracr --help``); manifests are loaded inside the handlers.
+This module runs for ``tracr --help``, so the manifest package (PyYAML) and the runner
+(torch) are imported inside the handlers, for start-up time.
 """
 
 from __future__ import annotations
@@ -14,6 +14,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from app_api.cli.device import export_devices_path
+from app_api.cli.results import print_group, print_summary
+from app_api.results import find_run
+from app_api.terminal import printable
+from experiment_design.datasets import get_dataset_class
+from experiment_design.params import declared
+from experiment_design.partitioners import get_partitioner
 
 OVERRIDE_HELP = "override a manifest key: a.b=v changes, +a.b=v adds, ~a.b removes (repeatable)"
 
@@ -108,9 +116,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     for o in m.overrides:
         print(f"# override: {o}")
     sys.stdout.write(m.to_yaml())
-    from experiment_design.datasets import get_dataset_class
-    from experiment_design.params import declared
-    from experiment_design.partitioners import get_partitioner
 
     for kind, name, cls in (("partitioner", m.partitioner["name"],
                              get_partitioner(m.partitioner["name"])),
@@ -154,7 +159,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     import json
 
-    from app_api.cli.device import export_devices_path
     from app_api.runner.execute import execute
     from app_api.runner.plan import SWEEP, plan_runs
 
@@ -180,14 +184,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.summary, indent=2, default=str))
     elif plan.kind == SWEEP:
-        from app_api.cli.results import print_group
-
         print_group(result.summary, result.run_dir)
     else:
-        from app_api.cli.results import print_summary
-
         print_summary(result.summary, result.run_dir)
-    from app_api.terminal import printable
 
     for err in result.errors:  # a participant's own words, often
         print(f"error: {printable(err)}", file=sys.stderr)
@@ -198,7 +197,6 @@ def _resume_plan(args: argparse.Namespace):
     """The plan that continues ``--resume RUN``: the manifest with the overrides that run
     was started with, then the command line's."""
     from app_api.manifest import load_manifest, parse_overrides
-    from app_api.results import find_run
     from app_api.runner.plan import plan_resume, recorded_overrides
 
     source = find_run(args.resume)

@@ -6,6 +6,12 @@ import argparse
 import json
 import sys
 
+from app_api import lab
+from app_api.lab import links, verify
+from app_api.lab.requirement import LabSpec, stated_lab
+from app_api.units import format_rate
+from experiment_design.errors import TracrError
+
 _RATE_HELP = (
     "link rate per direction, e.g. 4MB/s, 1.5MB/s, 32Mbit, 100mbps or a plain number of "
     "bytes/s. MB = 10^6 bytes, MiB = 2^20 bytes; 'bit' and 'bps' mean bits per second "
@@ -145,8 +151,6 @@ def _link_kwargs(args: argparse.Namespace) -> dict:
     for item in args.link:
         where, sep, body = item.partition("=")
         if not sep:
-            from experiment_design.errors import TracrError
-
             raise TracrError(f"cannot read --link {item!r}",
                              hint="write HOST[:up|down]=key=value,..., e.g. lab-2:down=delay=5ms")
         values = dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv)
@@ -163,8 +167,6 @@ def _say(args: argparse.Namespace):
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from app_api import lab
-
     kwargs = dict(
         hosts=2 if args.hosts is None else args.hosts,
         bandwidth=args.bandwidth,
@@ -194,9 +196,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _stated_lab(args: argparse.Namespace) -> dict:
     """``lab.up`` keyword arguments for the lab that ``args.manifest`` states."""
-    from app_api.lab.requirement import LabSpec, stated_lab
-    from experiment_design.errors import TracrError
-
     given = [flag for flag, value in (
         ("--hosts", args.hosts), ("--bandwidth", args.bandwidth), ("--delay", args.delay),
         ("--cpu-quota", args.cpu_quota), ("--cpu-period-ms", args.cpu_period_ms),
@@ -215,8 +214,6 @@ def _stated_lab(args: argparse.Namespace) -> dict:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from app_api import lab
-
     state = lab.status()
     if args.json:
         print(json.dumps(state or {}, indent=2))
@@ -228,8 +225,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from app_api import lab
-
     removed = lab.down(say=_say(args))
     refused = removed.get("refused") or []
     if args.json:
@@ -244,8 +239,6 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_shape(args: argparse.Namespace) -> int:
-    from app_api import lab
-
     report = lab.shape(
         bandwidth=args.bandwidth, delay_ms=args.delay, verify=not args.no_verify, say=_say(args),
         **_link_kwargs(args),
@@ -260,8 +253,6 @@ def cmd_shape(args: argparse.Namespace) -> int:
 def _print_status(state: dict) -> None:
     from rich.console import Console
     from rich.table import Table
-
-    from app_api.units import format_rate
 
     console = Console()
     hosts = Table(title="tracr lab hosts")
@@ -321,8 +312,6 @@ def _print_links(console, state: dict) -> None:
     """Per host and direction: the mechanism, what it does, and whether its emulator runs."""
     from rich.table import Table
 
-    from app_api.lab import links
-
     spec = links.spec_from_state(state)
     if not spec:
         return
@@ -348,8 +337,6 @@ def _print_links(console, state: dict) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from app_api.lab import verify
-
     result = verify.verify_lab(quick=args.quick, say=_say(args))
     if args.json:
         print(json.dumps(result, indent=2))

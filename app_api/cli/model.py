@@ -7,6 +7,11 @@ import argparse
 import json
 import sys
 
+from app_api.model_coverage import plan, run_coverage
+from app_api.units import format_bytes
+from experiment_design.errors import TracrError
+from experiment_design.models import get_model_spec, list_models
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``model`` command group."""
@@ -67,8 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _shape(text: str | None) -> tuple[int, ...] | None:
-    from experiment_design.errors import TracrError
-
     if text is None:
         return None
     try:
@@ -81,8 +84,6 @@ def _shape(text: str | None) -> tuple[int, ...] | None:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from experiment_design.models import get_model_spec, list_models
-
     rows = []
     for name in list_models(args.pattern):
         spec = get_model_spec(name)
@@ -115,8 +116,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _mode_of(name: str, spec) -> str:
-    from experiment_design.errors import TracrError
-    from experiment_design.split import build_split_model
+    from experiment_design.split import build_split_model  # loads torch: not at tracr --help
 
     try:
         return build_split_model(name, input_shape=spec.min_input_shape).mode
@@ -125,8 +125,7 @@ def _mode_of(name: str, spec) -> str:
 
 
 def cmd_splits(args: argparse.Namespace) -> int:
-    from experiment_design.errors import TracrError
-    from experiment_design.split import build_split_model
+    from experiment_design.split import build_split_model  # loads torch: not at tracr --help
 
     if args.batch < 1:
         raise TracrError(f"--batch must be >= 1 (got {args.batch})")
@@ -181,8 +180,6 @@ def cmd_splits(args: argparse.Namespace) -> int:
 
 
 def _fmt_bytes(n: int) -> str:
-    from app_api.units import format_bytes
-
     return format_bytes(n)
 
 
@@ -228,8 +225,6 @@ def _print_splits(args: argparse.Namespace, sm, rows: list[dict]) -> None:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from app_api.model_coverage import plan, run_coverage
-
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     pairs = plan(args.family, models)
     report = run_coverage(

@@ -1,8 +1,7 @@
 """`tracr results` commands: ls, show, compare; pareto (:mod:`app_api.cli.results_pareto`),
 plot and export (:mod:`app_api.cli.results_plot`).
 
-Only the standard library and :mod:`app_api.cli` at the top: app_api.results and rich
-are imported inside the commands, for start-up time (:mod:`app_api.cli`).
+rich is imported inside the commands, for start-up time (:mod:`app_api.cli`).
 """
 
 from __future__ import annotations
@@ -13,6 +12,10 @@ from pathlib import Path
 from app_api.cli import results_pareto, results_plot
 from app_api.cli.cells import fixed, percent, wide_console
 from app_api.cli.results_summary import print_group, print_summary
+from app_api.results import find_run, list_runs, load_summary
+from app_api.results.compare import PARTS, compare_runs
+from app_api.results.store import load_group
+from experiment_design.errors import TracrError
 
 RUN_HELP = ("'last', an experiment's name (its latest run), EXPERIMENT/last, a run id, "
             "EXPERIMENT/RUN-ID, or a run directory")
@@ -49,8 +52,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
     """Every run under $TRACR_RESULTS_DIR."""
     import json
 
-    from app_api.results import list_runs
-
     runs = list_runs()
     if args.json:
         print(json.dumps([{"experiment": r["experiment"], "run_id": r["run_id"],
@@ -74,10 +75,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """One run's summary (``--json``: summary.json byte for byte)."""
-    from app_api.results import find_run, load_summary
-    from app_api.results.store import load_group
-    from experiment_design.errors import TracrError
-
     run_dir = find_run(args.run)
     group = load_group(run_dir)
     if group is not None:
@@ -104,9 +101,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Runs of one experiment side by side (see app_api.results.compare)."""
     import json
 
-    from app_api.results import find_run
-    from app_api.results.compare import compare_runs
-
     doc = compare_runs([find_run(r) for r in args.runs])
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -118,8 +112,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def print_compare(doc: dict) -> None:
     """The table of ``compare_runs``."""
     from rich.table import Table
-
-    from app_api.results.compare import PARTS
 
     console = wide_console()
     t = Table(title=f"{doc['model']}: {len(doc['runs'])} runs side by side")

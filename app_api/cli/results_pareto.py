@@ -1,8 +1,8 @@
 """`tracr results pareto`: a pipeline sweep's Pareto front, or a split sweep's latency
 against energy (``--energy``).
 
-Only the standard library and :mod:`app_api.cli` at the top: app_api.results, rich and
-matplotlib are imported inside the command, for start-up time (:mod:`app_api.cli`).
+rich and matplotlib are imported inside the command (matplotlib inside
+:mod:`app_api.results.plots`), for start-up time (:mod:`app_api.cli`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,22 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from app_api.cli.cells import fixed, nbytes, wide_console
-
-if TYPE_CHECKING:
-    from app_api.results.pareto import ParetoGroup
+from app_api.results import (
+    CONFIGS_FILE,
+    find_run,
+    load_summary,
+    pareto_front,
+    parse_objectives,
+    read_configs,
+    read_group_configs,
+)
+from app_api.results.energy import energy_front, energy_front_lines
+from app_api.results.pareto import DEFAULT_OBJECTIVES, OBJECTIVES, ParetoGroup
+from app_api.results.plots import draw_pareto
+from app_api.results.store import load_group
+from experiment_design.errors import TracrError
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +37,6 @@ NO_CONFIGS = "this run has no configurations: pareto needs a pipeline sweep (mod
 
 def register(rsub: argparse._SubParsersAction, run_help: str) -> None:
     """Add ``pareto`` to ``tracr results``."""
-    from app_api.results.pareto import DEFAULT_OBJECTIVES, OBJECTIVES
-
     pareto = rsub.add_parser(
         "pareto", help="a pipeline sweep's Pareto front per bandwidth and batch",
         description="The configurations of a pipeline sweep (configs.csv) that no other "
@@ -55,17 +63,6 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     ``plots/pareto.png`` when it is missing or ``--plot`` asks."""
     import json
 
-    from app_api.results import (
-        CONFIGS_FILE,
-        find_run,
-        pareto_front,
-        parse_objectives,
-        read_configs,
-        read_group_configs,
-    )
-    from app_api.results.store import load_group
-    from experiment_design.errors import TracrError
-
     if getattr(args, "energy", False):
         return energy_pareto(args)
     objectives = parse_objectives(args.objectives)
@@ -91,10 +88,6 @@ def energy_pareto(args: argparse.Namespace) -> int:
     """``results pareto --energy``: latency against energy per inference, per split."""
     import json
 
-    from app_api.results import find_run, load_summary
-    from app_api.results.energy import energy_front, energy_front_lines
-    from experiment_design.errors import TracrError
-
     run_dir = Path(find_run(args.run))
     summary = load_summary(run_dir)
     if summary is None:
@@ -116,8 +109,6 @@ def _pareto_plot(groups: list[ParetoGroup], objectives: Sequence[str], run_dir: 
     if path.exists() and not redraw:
         return path, False
     try:
-        from app_api.results.plots import draw_pareto
-
         return draw_pareto(groups, objectives, run_dir), True
     except Exception as exc:
         log.warning("plots/pareto.png not drawn: %s", exc)
@@ -128,8 +119,6 @@ def pareto_json(groups: list[ParetoGroup], objectives: Sequence[str], run_dir: P
                 plot: Path | None, every: bool) -> dict:
     """``--json``: per group its front (and with ``every`` each point with ``on_front``) as
     typed configs.csv rows, and the rows left out with the reason; NaN becomes null."""
-    from app_api.results import OBJECTIVES
-
     def clean(row: dict) -> dict:
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v
                 for k, v in row.items()}
@@ -159,8 +148,6 @@ def print_pareto(groups: list[ParetoGroup], objectives: Sequence[str], run_dir: 
     configuration with the front marked; then the rows left out and what the front means."""
     from rich.markup import escape
     from rich.table import Table
-
-    from app_api.results import OBJECTIVES
 
     console = wide_console()
     if not groups:

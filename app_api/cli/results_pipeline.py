@@ -1,14 +1,15 @@
 """A chain's configurations and stages in ``tracr results show`` (and after a run).
 
 The configurations measured (throughput against its bound and the prediction), the ratios
-the run reports, and the chosen configuration's stages, planned and measured. rich,
-app_api.results and the planner are imported inside the functions, for start-up time
-(:mod:`app_api.cli`).
+the run reports, and the chosen configuration's stages, planned and measured. rich is
+imported inside the functions, for start-up time (:mod:`app_api.cli`).
 """
 
 from __future__ import annotations
 
 from app_api.cli.cells import fixed, nbytes
+from app_api.results.store import config_label
+from experiment_design.partitioners.pipeline import stage_time
 
 MAX_CONFIGS = 20  # more (a sweep): `results show` lists the fastest and the baselines
 
@@ -35,7 +36,6 @@ def planned_stages(summary: dict, config: dict) -> list[dict]:
         transfer = plan.get("transfer_ms") or []
         if not len(compute) == len(overhead) == len(transfer) == len(stages):
             continue
-        from experiment_design.partitioners.pipeline import stage_time  # start-up time
 
         pipelined = plan.get("objective") == "throughput"
         for st, c, o, x in zip(stages, compute, overhead, transfer, strict=True):
@@ -52,8 +52,6 @@ def print_pipeline(console, summary: dict) -> None:
     if not configs:
         return
     from rich.table import Table
-
-    from app_api.results.store import config_label
 
     chosen = pipe.get("chosen") or {}
 

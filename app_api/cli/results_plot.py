@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app_api.results import find_run, load_summary
+from app_api.results.figstyle import FORMATS
+from app_api.results.figures import draw_kinds
+from app_api.results.frames import EXPORT_FORMATS, load
+from app_api.results.report import write_report
+from app_api.results.store import load_group
+from experiment_design.errors import TracrError
+
 
 def register(rsub: argparse._SubParsersAction, run_help: str) -> None:
     """Add ``plot`` and ``export`` to ``tracr results``."""
-    from app_api.results.figstyle import FORMATS
-    from app_api.results.frames import EXPORT_FORMATS
-
     kinds = ("latency", "bytes", "layers", "resources", "bandwidth", "pareto", "rate-fidelity",
              "timeline", "adaptive")
     plot = rsub.add_parser(
@@ -42,12 +47,6 @@ def register(rsub: argparse._SubParsersAction, run_help: str) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Draw the run's figures, then rewrite its report.html."""
-    from app_api.results import find_run, load_summary
-    from app_api.results.figures import draw_kinds
-    from app_api.results.report import write_report
-    from app_api.results.store import load_group
-    from experiment_design.errors import TracrError
-
     run_dir = Path(find_run(args.run))
     summary = load_summary(run_dir) or load_group(run_dir)
     if summary is None:
@@ -65,8 +64,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write the run's tables in one format."""
-    from app_api.results.frames import load
-
     for p in load(args.run).export(args.format, args.out):
         print(p)
     return 0

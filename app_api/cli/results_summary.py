@@ -4,8 +4,8 @@ and ``tracr experiment run`` when it ends).
 The per-split table with the best split and its ties marked, then each part of the
 summary the run has: the scored partitioners and the measurement noise, the metrics, an
 adaptive partitioner against hindsight, a chain's configurations
-(:mod:`app_api.cli.results_pipeline`), a transport sweep's pairs, the totals. rich and
-app_api.results are imported inside the functions, for start-up time (:mod:`app_api.cli`).
+(:mod:`app_api.cli.results_pipeline`), a transport sweep's pairs, the totals. rich is
+imported inside the functions, for start-up time (:mod:`app_api.cli`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from pathlib import Path
 
 from app_api.cli.cells import fixed, nbytes, percent, wide_console
 from app_api.cli.results_pipeline import print_pipeline
+from app_api.results.llm import llm_lines
+from app_api.results.metrics import metrics_lines
 from app_api.terminal import printable
 
 
@@ -60,7 +62,6 @@ def print_summary(summary: dict, run_dir) -> None:
                   style=style)
     if summary.get("splits") or not summary.get("llm"):
         console.print(t)
-    from app_api.results.llm import llm_lines  # a token pipeline's figures
 
     for line in llm_lines(summary):
         console.print(line, highlight=False)
@@ -83,7 +84,6 @@ def print_summary(summary: dict, run_dir) -> None:
                       f"{budget['median_residual_pct']:.3f}%, {budget['over_tolerance']} of "
                       f"{budget['inferences']} above {budget['tolerance_pct']:g}%", highlight=False)
     _print_partitioners(console, summary)
-    from app_api.results.metrics import metrics_lines
 
     for line in metrics_lines(summary):
         console.print(line, highlight=False, markup=False)
