@@ -180,3 +180,52 @@ def test_subpackages_have_no_cycle():
         report.append("cycle among " + ", ".join(comp) + ":\n" + "\n".join(
             f"    {via[(a, b)]}" for a in comp for b in sorted(sub[a] & members)))
     assert not cycles, "\n".join(report)
+
+
+REASONS = ("for start-up time", "imported inside", "imported where")
+
+
+def _says_why(lines: list[str], node: ast.stmt, doc: str) -> bool:
+    """A comment on the import, above it (over the imports just before it), or a module
+    docstring that says why its imports wait (:data:`REASONS`)."""
+    if any(r in doc for r in REASONS):
+        return True
+    if any("#" in line for line in lines[node.lineno - 1: node.end_lineno]):
+        return True
+    i = node.lineno - 2
+    while i >= 0:
+        text = lines[i].strip()
+        if text.startswith("#"):
+            return True
+        if not text.startswith(("from ", "import ")):
+            return False
+        i -= 1
+    return False
+
+
+def test_own_imports_inside_functions_say_why():
+    """Imports of our own modules sit at the top of the file; one inside a function (kept
+    there for start-up time: torch out of ``tracr --help`` and ``tracr experiment
+    validate``, PyYAML out of ``tracr --help``) says so, at the import or once in the
+    module docstring."""
+    bad = []
+    for path in _modules().values():
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, filename=str(path))
+        doc = ast.get_docstring(tree) or ""
+        lines = text.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and not inner.level:
+                    names = [inner.module or ""]
+                elif isinstance(inner, ast.Import):
+                    names = [a.name for a in inner.names]
+                else:
+                    continue
+                ours = [n for n in names if n.split(".")[0] in ("app", *TOPS)]
+                if ours and not _says_why(lines, inner, doc):
+                    bad.append(f"{path.relative_to(REPO)}:{inner.lineno} imports {ours[0]}")
+    assert not bad, "imports of our own modules inside a function, with no reason given " \
+        "(move them to the top, or say why they wait):\n" + "\n".join(sorted(set(bad)))
