@@ -107,15 +107,35 @@ def _reap(pid: int | None) -> None:
         pass
 
 
+# starts one helper in a session of its own, prints its PID and exits at once: the helper
+# is then the child of init, not of the process that brought the lab up
+_LAUNCH = (
+    "import subprocess, sys\n"
+    "with open(sys.argv[1], 'ab') as log:\n"
+    "    p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, "
+    "stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)\n"
+    "print(p.pid)\n"
+)
+
+
 def start_helper(cmd: list[str], log_path: Path) -> int:
     """Start one of the lab's helper processes (the pacer, the link emulator) in a session
     of its own (a Ctrl-C on ``lab up`` must not stop it), its stderr appended to
-    ``log_path``, with tracr importable; its PID."""
+    ``log_path``, with tracr importable; its PID.
+
+    The helper outlives the process that starts it, so it is started through a launcher
+    that exits at once, and init, not that process, reaps it. Started as a child, a helper
+    that died while a long-lived process held the lab (``app_api.lab.up()`` in a test, a
+    notebook) stayed a zombie of that process: no one else can reap it, and ``lab down``
+    finds helpers by their command line, which a zombie no longer has (two killed link
+    emulators were left in the full test suite for its last 30 minutes)."""
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=log, env=env, start_new_session=True)
-    return proc.pid
+    out = subprocess.run([sys.executable, "-c", _LAUNCH, str(log_path), *cmd], env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 or not out.stdout.strip().isdigit():
+        raise TracrError(f"cannot start the lab helper {cmd[:3]}: "
+                         f"{(out.stderr or out.stdout).strip()[-300:] or 'no output'}")
+    return int(out.stdout.strip())
 
 
 def helper_is_ours(pid: int | None, entry: str, alive: Path) -> bool:
