@@ -24,17 +24,18 @@ from app_api.lab.system import logged, stop_pid
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab]
 
-# C ms of CPU after an idle gap, 24 times, on the main thread or on a worker thread while
+# C ms of CPU after an idle gap (GAP to GAP + 20 ms), 24 times, on the main thread or on a worker thread while
 # the main thread waits (as a participant computes); prints wall / CPU of each burst
 _BURSTS = r"""
 import json, random, sys, threading, time
 sys.stdin.readline()  # in the cgroup now
 random.seed(1)
 C = float(sys.argv[1])
+GAP = float(sys.argv[3])  # the shortest idle gap, s
 out = []
 def bursts():
     for _ in range(24):
-        time.sleep(random.uniform(0.005, 0.025))
+        time.sleep(random.uniform(GAP, GAP + 0.02))
         c0 = time.thread_time(); w0 = time.perf_counter()
         while (time.thread_time() - c0) * 1e3 < C:
             pass
@@ -102,9 +103,9 @@ def _pace(path: Path, fraction: float, alive: Path,
     return pid
 
 
-def _bursts(path: Path, cpu_ms: float, thread: str = "main") -> list[float]:
+def _bursts(path: Path, cpu_ms: float, thread: str = "main", gap_s: float = 0.005) -> list[float]:
     cpu = max(os.sched_getaffinity(0))  # pinned to one CPU, as a lab host of its own is
-    return json.loads(cgroup.run_pinned(_BURSTS, [str(cpu_ms), thread], cpu, path,
+    return json.loads(cgroup.run_pinned(_BURSTS, [str(cpu_ms), thread, str(gap_s)], cpu, path,
                                         timeout=120, what="burst loop"))
 
 
@@ -116,7 +117,10 @@ def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_f
         group, tmp_path):
     fraction, burst = 0.25, 2.0  # 2 ms of CPU fits the quota's 2.5 ms budget per 10 ms
     cgroup.create(group.name, fraction, 10_000)
-    quota = _bursts(group, burst)
+    # lone bursts: 10 ms or more apart, no quota period holds parts of two (5-25 ms apart,
+    # two bursts shared a period now and then and the second waited for the next one: 3.0
+    # and 5.4 x the CPU time in one full suite, where the kernel behaved as a quota does)
+    quota = _bursts(group, burst, gap_s=0.010)
     cgroup.create(group.name, 1.0, 10_000)
     alive = tmp_path / "alive"
     alive.write_text("")
