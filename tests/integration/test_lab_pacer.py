@@ -204,7 +204,10 @@ def test_a_host_left_stopped_by_a_killed_pacer_is_continued(group, busy, tmp_pat
         assert time.monotonic() < deadline
         time.sleep(0.001)
     os.kill(pid, signal.SIGKILL)  # no chance to continue its host
-    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 5  # gone (init, not this process, is its parent)
+    while _is_running(pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     time.sleep(0.1)
     assert _state(busy) == "T"
     assert pacer.find(alive) == []
