@@ -40,9 +40,10 @@ configure("steady")
 torch.set_num_threads(1)
 torch.manual_seed(0)
 layers, repeats, gap_ms = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-sys.stdin.readline()  # the parent has placed this process in its cgroup
 net = torch.nn.Sequential(*list(torchvision.models.mobilenet_v2().features)[:layers]).eval()
 x = torch.randn(1, 3, 224, 224)
+print("ready", flush=True)  # set up: imports and the model, outside the placement
+sys.stdin.readline()  # the parent has placed this process in its cgroup
 rng = random.Random(1)
 out = []
 with torch.inference_mode():

@@ -7,6 +7,8 @@ A host's sshd is placed in its cgroup, so every process started over SSH on that
 from __future__ import annotations
 
 import math
+import os
+import select
 import subprocess
 import sys
 import time
@@ -214,15 +216,20 @@ def run_pinned(code: str, args: list[str], cpu: int, cgroup_dir: Path | None = N
                timeout: float = 600.0, what: str = "worker",
                place=lambda pid: None) -> str:
     """Run ``python -c code args`` pinned to ``cpu`` and, given ``cgroup_dir``, inside that
-    cgroup; the child waits for a line on stdin, so it starts its work only once it is in
-    place (``place(pid)`` runs then too: a scheduling policy, say). Returns its stdout; a
-    failure raises with the end of its stderr."""
-    import os
-
+    cgroup. The child sets itself up (imports, its model), prints a line, then waits for
+    one on stdin: it is placed (pinned, put in the cgroup, and ``place(pid)``: a scheduling
+    policy, say) between the two, so its work runs placed and its set-up does not. Placed
+    at once, as before, a worker imported torch at the quota it was to measure (a quarter
+    of a core: four times as long). Returns the rest of its stdout; a failure raises with
+    the end of its stderr."""
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
+        if not select.select([proc.stdout], [], [], timeout)[0] or not proc.stdout.readline():
+            proc.kill()
+            _, err = proc.communicate()
+            raise TracrError(f"the {what} did not set itself up: {err.strip()[-400:]}")
         os.sched_setaffinity(proc.pid, {cpu})
         if cgroup_dir is not None:
             (cgroup_dir / "cgroup.procs").write_text(str(proc.pid))

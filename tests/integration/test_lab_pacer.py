@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.lab]
 # the main thread waits (as a participant computes); prints wall / CPU of each burst
 _BURSTS = r"""
 import json, random, sys, threading, time
+print("ready", flush=True)
 sys.stdin.readline()  # in the cgroup now
 random.seed(1)
 C = float(sys.argv[1])
@@ -260,7 +261,6 @@ def test_lab_up_in_duty_mode_paces_the_sessions_not_sshd_and_down_leaves_nothing
 # split-codec's start-up probe on a paced head: alexnet's input as JPEG and as int4
 _PROBE = r"""
 import json, sys
-sys.stdin.readline()
 import torch
 from experiment_design.runtime.fidelity import probe, reference_outputs
 from experiment_design.split import build_split_model
@@ -272,7 +272,10 @@ sm = build_split_model("alexnet", seed=0)
 inputs = [(torch.randn(1, 3, 512, 512, generator=torch.Generator().manual_seed(0)), None, "0")]
 jpeg = CodecConfig(codec="none", level=0, filter="none", lossy="jpeg", quality=50)
 int4 = CodecConfig.from_dict({"lossy": "int4", "codec": "zstd", "level": 1})
-out = probe(sm, inputs, reference_outputs(sm, inputs), [(0, jpeg), (0, int4)], items=1)
+reference = reference_outputs(sm, inputs)
+print("ready", flush=True)  # set up outside the pacing
+sys.stdin.readline()  # paced now
+out = probe(sm, inputs, reference, [(0, jpeg), (0, int4)], items=1)
 print(json.dumps(out["pairs"]))
 """
 

@@ -112,7 +112,7 @@ def test_a_much_slower_host_gets_little_and_the_plan_beats_memory_shares(lab3, c
     ratios = planned.summary["pipeline"]["ratios"]
 
     fixed = _run("mobilenet_v2", [*common, "partitioner.name=exhaustive",
-                                  f"+partitioner.params.splits=[{naive.cuts[0]},{naive.cuts[1]}]",
+                                  f"+partitioner.params.cuts=[[{naive.cuts[0]},{naive.cuts[1]}]]",
                                   "+partitioner.params.chain=[edge-1,stage-1,cloud-1]"],
                  cfg / "naive")
     assert fixed.ok, fixed.errors

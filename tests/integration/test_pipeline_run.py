@@ -59,6 +59,7 @@ def test_every_cut_pair_of_a_three_stage_chain_gives_the_unsplit_output(tmp_path
     assert all(r["instance"] == names[r["side"]] for r in layers)
 
 
+@pytest.mark.slow
 def test_long_skip_connections_are_forwarded_through_a_middle_stage(tmp_path):
     from app_api.results import read_csv
     from experiment_design.split import build_split_model

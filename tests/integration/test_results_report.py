@@ -44,6 +44,7 @@ def browse(exe: str, page: Path, tmp: Path, *args: str) -> subprocess.CompletedP
                           timeout=120, check=True)
 
 
+@pytest.mark.slow
 def test_report_html_renders_offline_with_its_tables_and_figures(run_dir, tmp_path):
     exe = chromium()
     if exe is None:

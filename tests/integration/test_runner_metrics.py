@@ -8,6 +8,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_alexnet_sweep_reports_memory_cpu_and_energy_per_participant(tmp_path):
     from app_api.manifest import load_manifest
     from app_api.results import read_csv

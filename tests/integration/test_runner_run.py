@@ -181,6 +181,7 @@ def gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_signal_mid_run_leaves_nothing_behind(tmp_path, sig):
     proc = start_cli(tmp_path, "partitioner.params.repeats=50")
@@ -204,6 +205,7 @@ def test_signal_mid_run_leaves_nothing_behind(tmp_path, sig):
     assert f"--resume {tmp_path / 'run'}" in err
 
 
+@pytest.mark.slow
 def test_killed_participant_fails_the_run_with_an_error_row(tmp_path):
     proc = start_cli(tmp_path, "partitioner.params.repeats=50")
     try:

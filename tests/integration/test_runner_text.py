@@ -56,6 +56,7 @@ if len(_spec) == 3 and _role == _spec[0]:
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where,code", [("setup", 2), ("task", 1)])
 def test_a_participant_error_is_shown_escaped(tmp_path, where, code):
     """The error a participant raised (and what it wrote to stderr) is printed by

@@ -36,6 +36,7 @@ def test_every_case_runs_and_the_paced_one_leaves_nothing_behind():
     assert not list(root.glob(f"tracr-bench-preempt-{os.getpid()}"))
 
 
+@pytest.mark.slow
 def test_without_root_the_paced_case_says_why(monkeypatch):
     monkeypatch.setattr(preempt.os, "geteuid", lambda: 1000)
     result = preempt.run(_args(every_us=[100_000], repeats=3))

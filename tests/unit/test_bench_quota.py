@@ -4,6 +4,7 @@ real cgroup that the benchmark creates and removes again."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -52,3 +53,30 @@ def test_a_quota_too_small_for_its_period_is_refused_before_anything_runs():
 
     with pytest.raises(TracrError, match="below the kernel"):
         cgroup.quota_us(0.05, 10_000)
+
+
+_SETUP_THEN_WORK = r"""
+import json, os, sys
+at_setup = sorted(os.sched_getaffinity(0))
+print("ready", flush=True)
+sys.stdin.readline()
+print(json.dumps({"setup": at_setup, "work": sorted(os.sched_getaffinity(0))}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning shows only with 2+ CPUs")
+def test_a_pinned_worker_sets_itself_up_unplaced_and_works_placed():
+    # Regression: the worker was placed (pinned, put in the quota's cgroup) as soon as it
+    # was started, so it imported torch and built its model at the quota it was to measure
+    # (a quarter core: the quota case took 41-187 s in the full suite, 13 s now). It is
+    # placed once it says it is set up. Before the fix, "setup" read [cpu] as well.
+    cpu = max(os.sched_getaffinity(0))
+    seen = json.loads(cgroup.run_pinned(_SETUP_THEN_WORK, [], cpu).strip().splitlines()[-1])
+    assert seen["setup"] == sorted(os.sched_getaffinity(0)) and seen["work"] == [cpu]
+
+
+def test_a_worker_that_dies_in_its_set_up_is_named_with_its_error():
+    from experiment_design.errors import TracrError
+
+    with pytest.raises(TracrError, match="(?s)did not set itself up: .*ZeroDivisionError"):
+        cgroup.run_pinned("1 / 0", [], 0, what="worker")

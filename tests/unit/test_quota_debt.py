@@ -29,12 +29,13 @@ sm = build_split_model("mobilenet_v2", seed=0)
 x = torch.randn(1, 3, 224, 224)
 head = ChainHead(types.SimpleNamespace(split_model=sm, instance="edge"))
 whole = Route(("edge",), ())
+print("ready", flush=True)  # set up outside the quota
 sys.stdin.readline()  # in the cgroup now
 with torch.inference_mode():
     for _ in range(3):
         head._compute(whole, x, -1)
     rows = []
-    for i in range(30):
+    for i in range(60):
         time.sleep(0.02 + 0.01 * (i % 4) / 3)
         c = head._compute(whole, x, i)
         time.sleep(0.0001)  # the hand-off: the process gives up the CPU, as a send does
@@ -67,11 +68,15 @@ def test_the_quota_debt_of_a_timed_compute_is_paid_inside_it(measured):
     # in 6 of 15 passes (mean over 3 ms), and a run booked that as transfer time. Now the
     # CPU clock is read first at both ends of the timed region. The work after a region
     # still gets only what the region left of the budget, so an occasional hand-off
-    # stalls anyway (0-2 of 15 measured): the test bounds the mean, not every one.
+    # stalls anyway, for the next period (8-10 ms): 11 of 270 passes here, 10 of 270 with
+    # both CPUs busy; the defect stalled 6 of 15. The test counts the stalled hand-offs in
+    # 60 passes and allows a fifth (the share a mean below 2 ms allowed in 30 before):
+    # at 4% it fails about never, at the defect's 40% it passes with p < 0.001.
     rows = measured["computes"]
     stalls = [r[2] for r in rows]
-    mean = sum(stalls) / len(stalls)
-    assert mean < 2.0, f"hand-off after the timed compute, ms: {sorted(stalls)}"
+    stalled = [s for s in stalls if s > 4.0]
+    assert len(stalls) == 60 and len(stalled) <= 12, (
+        f"hand-off after the timed compute, ms: {sorted(stalls)}")
     # the whole model is several quotas' worth of CPU: each compute waited for periods
     assert min(r[0] / r[1] for r in rows) > 1.5
 
