@@ -121,6 +121,9 @@ class DataChannel:
         self._last_table: tuple[bytes, Table] | None = None
         self.partner: str | None = None  # named in a receive deadline's error
         self.closed = False
+        #: why this side closed the channel (a receive's error), for a send that finds it
+        #: closed: another thread's send then says what closed it, not "Bad file descriptor"
+        self.close_reason: str | None = None
         if codec.compresses:
             load_blosc2()  # import now, so the first measured send does not pay for it
 
@@ -183,8 +186,7 @@ class DataChannel:
 
     def _write(self, head: bytes, buffers: Any, payload: int) -> int:
         """Seal and write one frame (the send lock is held); returns the bytes written."""
-        if self.closed:
-            raise ChannelClosed("the data channel is closed")
+        self._check_open()
         s = self.session
         sock = self.sock
         try:
@@ -224,6 +226,8 @@ class DataChannel:
                 mac.finalize()
                 sock.sendall(mac.tag)
         except OSError as exc:
+            if self.closed and self.close_reason:  # closed under this send by a receive
+                raise ChannelClosed(self._closed_message()) from exc
             self.close()
             raise TransportError(
                 f"sending to {self.peer[0]}:{self.peer[1]} failed: {exc}"
@@ -264,28 +268,28 @@ class DataChannel:
                 if PLAIN_KEY in header:
                     take_plain(header, tensors, self.limits)
                 return header, tensors, stats
-            except TransportError:
-                self.close()
+            except TransportError as exc:
+                self.close(str(exc))
                 raise
             except TimeoutError as exc:  # the deadline of set_timeout()
-                self.close()
                 who = self.partner or "the partner"
-                raise TransportError(
+                error = TransportError(
                     f"receiving from {who} ({self.peer[0]}:{self.peer[1]}) timed out after "
-                    f"{self.sock.gettimeout():g} s: {who} silent (lost)"
-                ) from exc
+                    f"{self.sock.gettimeout():g} s: {who} silent (lost)")
+                self.close(str(error))
+                raise error from exc
             except OSError as exc:
-                self.close()
-                raise TransportError(
-                    f"receiving from {self.peer[0]}:{self.peer[1]} failed: {exc}"
-                ) from exc
+                error = TransportError(
+                    f"receiving from {self.peer[0]}:{self.peer[1]} failed: {exc}")
+                self.close(str(error))
+                raise error from exc
             except Exception as exc:  # noqa: BLE001 - whatever a frame provokes, one clean error
-                self.close()
                 log.debug("malformed frame from %s", self.peer, exc_info=True)
-                raise ProtocolError(
+                error = ProtocolError(
                     f"malformed frame from {self.peer[0]}:{self.peer[1]} "
-                    f"({type(exc).__name__}: {exc}); the data channel is closed"
-                ) from None
+                    f"({type(exc).__name__}: {exc}); the data channel is closed")
+                self.close(str(error))
+                raise error from None
 
     def _integrity(self, part: str) -> IntegrityError:
         return IntegrityError(
@@ -439,12 +443,18 @@ class DataChannel:
     # -- lifetime --------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self.closed:
-            raise ChannelClosed("the data channel is closed")
+            raise ChannelClosed(self._closed_message())
 
-    def close(self) -> None:
-        """Close the connection (idempotent)."""
+    def _closed_message(self) -> str:
+        if self.close_reason:
+            return f"the data channel was closed: {self.close_reason}"
+        return "the data channel is closed"
+
+    def close(self, reason: str | None = None) -> None:
+        """Close the connection (idempotent); ``reason``: the error that closed it."""
         if self.closed:
             return
+        self.close_reason = reason
         self.closed = True
         try:
             self.sock.shutdown(socket.SHUT_RDWR)

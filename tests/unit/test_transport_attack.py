@@ -362,6 +362,25 @@ def test_a_header_field_of_the_wrong_type_closes_the_channel(header):
         right.close()
 
 
+def test_a_send_on_a_channel_a_bad_frame_closed_names_that_frame():
+    """Regression: the throughput loop's receiver closed the channel on a reply with a bad
+    id while its sender was writing; the sender's write then failed with "[Errno 9] Bad
+    file descriptor", and when it reported first the run's error named that, not the bad
+    reply (make test, once in 1,344). A send on a channel its receive closed now says what
+    closed it. Before: "the data channel is closed", with no cause."""
+    left, right = _channel_pair()
+    header = b'{"op":"result","id":"x"}'
+    try:
+        left.send_packed(PREFIX.pack(b"TRCF", VERSION, 0, 0, 2, len(header), 0) + b"[]" + header)
+        with pytest.raises(ProtocolError, match="header"):
+            right.recv()
+        with pytest.raises(TransportError, match="was closed: .*header.*id"):
+            right.send({"op": "result", "id": 1})
+    finally:
+        left.close()
+        right.close()
+
+
 def test_a_reply_with_a_bad_id_ends_a_throughput_run_with_a_message():
     """The head's receiver read int(header["id"]): a reply whose id is not an integer
     killed that thread and the throughput loop then waited for replies until cancelled."""
