@@ -5,7 +5,10 @@ observer) and a sender where it comes from, both ``python -I -c`` with the stand
 library only. Every datagram starts with an 8-byte per-probe token that comes on stdin
 (never on the command line); the receiver ignores any other datagram. Kinds:
 
-- ``P``: a ping, echoed back; the sender times the round trip on its own clock.
+- ``P``: a ping, echoed back; the sender times the round trip on its own clock. The
+  receiver, and the sender while it pings, run at a real-time priority (SCHED_FIFO 30,
+  below the link emulator's 40) where they may, so what else the CPUs run does not
+  add its wait to the round trip: the probe measures the link, not the scheduler.
 - ``D``: message data (message id, index), 1472-byte datagrams (a full 1514-byte frame).
 - ``L``: loss probe, small datagrams paced below the link's rate so no queue drops any.
 - ``E``: the end; the receiver prints what it saw (wall-clock arrival times) and exits.
@@ -29,9 +32,13 @@ FRAME = 1514  # its frame on the wire
 LOSS_PAYLOAD = 64
 
 _RECEIVER = r"""
-import json, select, socket, struct, sys, time
+import json, os, select, socket, struct, sys, time
 addr, deadline_s = sys.argv[1], float(sys.argv[2])
 token = bytes.fromhex(sys.stdin.readline().strip())
+try:  # echo at once, whatever else is runnable here (it only waits on its socket)
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(30))
+except (OSError, AttributeError):
+    pass
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
 s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS: the kernel's arrival time
@@ -99,6 +106,12 @@ def paced(n, size, kind, mid, rate, burst=0):
             pass
 
 s.settimeout(plan["ping_timeout_s"])
+try:  # the pings only wait on the socket: time them at a real-time priority, then drop it
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(30))
+    realtime = True
+except (OSError, AttributeError):
+    realtime = False
+out["ping_realtime"] = realtime
 for i in range(plan["pings"]):
     t = time.perf_counter()
     try:
@@ -111,6 +124,8 @@ for i in range(plan["pings"]):
     except OSError:
         out["ping_lost"] += 1
     time.sleep(plan.get("ping_gap_s", 0.005))
+if realtime:  # the paced sends below spin: never at a real-time priority
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 for mid, (size, drain) in enumerate(zip(plan["messages"], plan["drain_s"]), 1):
     n = -(-size // 1472)
     paced(n, 1472, b"D", mid, plan["pace_Bps"], plan.get("burst", 0))
