@@ -25,6 +25,10 @@ prompt: ``<m>_token_agreement`` (teacher-forced; target >= 0.99 for int8),
 ``int8``, ...). ``--fidelity-tokens 0`` leaves them out.
 
 Needs the optional extra (``make llm``). Example: ``tracr bench llm --json``.
+
+``--placement`` is another mode: the model placed over a lab's hosts by three policies,
+each run and measured (:mod:`app_api.bench.llm_lab`; ``sudo tracr bench llm --placement
+--json``, ``--no-caps`` for the lab without its memory caps).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from app_api.bench import llm_lab
 from experiment_design.models.llm import load_llm, prompt_ids
 from experiment_design.runtime import heap
 from experiment_design.runtime.chain import ChainHead, Route
@@ -62,10 +67,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lossy methods at the cut, comma-separated (the transport's)")
     p.add_argument("--fidelity-tokens", type=int, default=32,
                    help="tokens per prompt of the fidelity set (0: no fidelity)")
+    llm_lab.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Measure both, side by side; the result with its targets."""
+    """Measure both, side by side; the result with its targets (with ``--placement``,
+    the placement mode instead: :mod:`app_api.bench.llm_lab`)."""
+    if getattr(args, "placement", False):
+        return llm_lab.run(args)
     import torch
 
     from experiment_design.split.decoder import DecoderSplit  # loads torch: not at tracr --help

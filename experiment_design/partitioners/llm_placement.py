@@ -311,11 +311,16 @@ def equal_slices(model: Model, hosts: list[Host], link: Link, *, context_tokens:
 
 
 def tracr_placement(model: Model, hosts: list[Host], link: Link, *,
-                    context_tokens: int = 512) -> Placement:
+                    context_tokens: int = 512, split_margin: float = 0.0) -> Placement:
     """The fastest placement per token over any ordered subset of ``hosts`` and any
     contiguous ranges, every stage within its host's cap (a dynamic programme over
     (layers placed, hosts used)); with its reason. :class:`PlacementRefused` if no
-    placement fits, with the memory the model needs against the caps."""
+    placement fits, with the memory the model needs against the caps.
+
+    ``split_margin``: a placement over several hosts is chosen over the fastest single
+    host that fits only if it is faster by more than this fraction of that host's time
+    (the figures' resolution: measured figures that differ by less cannot tell the two
+    apart, and a split adds hops the figures may not fully cost)."""
     _check_hosts(model, hosts)
     if len(hosts) > MAX_HOSTS:
         raise TracrError(f"{len(hosts)} hosts: the search covers at most {MAX_HOSTS}")
@@ -357,6 +362,9 @@ def tracr_placement(model: Model, hosts: list[Host], link: Link, *,
         raise _nothing_fits(model, hosts, context_tokens)
     _, _, mask = min(candidates)
     split_ms = min((t for t, k, _ in candidates if k > 1), default=None)
+    ones = [(t, m) for t, k, m in candidates if k == 1]
+    if ones and split_ms is not None and min(ones)[0] * (1 - split_margin) <= split_ms:
+        mask = min(ones)[1]
     order, bounds, i = [], [n], n
     while i > 0:
         a, j = back[i][mask]  # type: ignore[misc]
@@ -368,7 +376,7 @@ def tracr_placement(model: Model, hosts: list[Host], link: Link, *,
     bounds.reverse()
     chosen = time_per_token(model, order, bounds, link, policy="tracr",
                             context_tokens=context_tokens)
-    return _with_reason(chosen, model, hosts, link, context_tokens, split_ms)
+    return _with_reason(chosen, model, hosts, link, context_tokens, split_ms, split_margin)
 
 
 def _nothing_fits(model: Model, hosts: list[Host], context_tokens: int) -> PlacementRefused:
@@ -394,13 +402,19 @@ def best_single(model: Model, hosts: list[Host], link: Link, context_tokens: int
 
 
 def _with_reason(p: Placement, model: Model, hosts: list[Host], link: Link,
-                 context_tokens: int, split_ms: float | None) -> Placement:
+                 context_tokens: int, split_ms: float | None, margin: float = 0.0
+                 ) -> Placement:
     single = best_single(model, hosts, link, context_tokens)
     if len(p.stages) == 1:
         if len(hosts) == 1:
             why = "one host given"
         elif split_ms is None:
             why = f"only {p.hosts[0]} can hold a stage of it"
+        elif split_ms < p.ms_per_token:
+            why = (f"one host ({p.hosts[0]}, {p.ms_per_token:.1f} ms per token): the best "
+                   f"split ({split_ms:.1f} ms) would save "
+                   f"{1 - split_ms / p.ms_per_token:.1%}, within the figures' resolution "
+                   f"({margin:.1%})")
         else:
             two_hops = link.hop_ms(model.cut_bytes[model.n // 2]) + link.hop_ms(
                 model.token_bytes)

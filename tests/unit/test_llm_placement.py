@@ -140,3 +140,17 @@ def test_inputs_are_checked():
     assert memory_proportional(m, [Host.uniform("a", 3, 1.0, memory=3 * MB),
                                    Host.uniform("b", 3, 1.0, memory=1 * MB)],
                                GIGABIT).cuts == [2]
+
+
+def test_a_split_within_the_figures_resolution_keeps_one_host():
+    # two hosts alike but for noise: one a little faster at the layers, the other at the
+    # LM head; a split saves 0.6%, less than measured figures can tell apart
+    a = Host("lab-1", (9.1,) * 24, 0.15, 64.9)
+    b = Host("lab-2", (9.3,) * 24, 0.15, 62.9)
+    link = Link(rate_bytes_per_s=2e9, rtt_ms=0.07)
+    assert len(tracr_placement(QWEN, [a, b], link).stages) == 2
+    p = tracr_placement(QWEN, [a, b], link, split_margin=0.03)
+    assert p.hosts == ["lab-1"] and "within the figures' resolution (3.0%)" in p.reason
+    # a split that saves more than the margin is still taken
+    fast_head = Host("lab-2", (9.8,) * 24, 0.15, 30.0)  # the split saves 6%
+    assert len(tracr_placement(QWEN, [a, fast_head], link, split_margin=0.03).stages) == 2
