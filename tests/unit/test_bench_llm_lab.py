@@ -28,16 +28,13 @@ from app_api.bench.llm_lab import (
 from experiment_design.errors import TracrError
 from experiment_design.partitioners.llm_placement import (
     Link,
-    Model,
     compare,
     time_per_token,
     tracr_placement,
 )
 from experiment_design.runtime.decode_probe import DecodeProbe
+from tests.unit.test_llm_placement import MB, QWEN  # Qwen2.5-0.5B's figures, in one place
 
-MB = 1_000_000
-QWEN = Model.uniform(layers=24, layer_bytes=59.6 * MB, kv_bytes_per_token=2 * 2 * 64 * 4,
-                     embed_bytes=544.5 * MB, head_bytes=544.5 * MB, cut_bytes=896 * 4)
 LINK = Link(rate_bytes_per_s=1e9, rtt_ms=0.1)
 CHAIN = ["head-1", "stage-1", "stage-2"]
 
