@@ -167,6 +167,26 @@ def test_the_uncapped_report_compares_tracr_with_the_best_single_host():
     assert r["met"] == {"tracr_over_best_single": False}
 
 
+def test_placements_run_twice_count_the_mean_and_name_the_hosts_they_cannot_tell_apart():
+    # the mirrored order (lab-1, lab-2, lab-3, then lab-2, lab-1 again): a machine that
+    # slowed over the runs made lab-2's first run look 2% slower than lab-1's
+    hosts = [host_from_probe(f, QWEN.n) for f in facts(None)]
+    ones = {h.name: time_per_token(QWEN, [h], [0, 24], LINK, policy=f"single {h.name}")
+            for h in hosts}
+    singles = {"lab-1": Measured(ones["lab-1"], gen(293.0, 3.3), "1", again=gen(305.0, 3.2)),
+               "lab-2": Measured(ones["lab-2"], gen(299.0, 3.3), "2", again=gen(297.0, 3.3)),
+               "lab-3": Measured(ones["lab-3"], gen(1150.0, 0.8), "3")}
+    t = tracr_placement(QWEN, hosts, LINK)
+    tracr = dataclasses.replace(singles["lab-2"], placement=t, same_run_as="single_lab-2")
+    r = single_result(tracr, singles)
+    assert r["single_lab-1_tpot_ms_runs"] == [293.0, 305.0]
+    assert r["single_lab-1_tpot_ms_p50"] == 299.0 and r["single_lab-2_tpot_ms_p50"] == 298.0
+    assert r["best_single_host"] == "lab-2" and r["met"] == {"tracr_over_best_single": True}
+    assert r["run_to_run_pct"] == pytest.approx(100 * 12 / 299)
+    assert r["best_single_tied"] == ["lab-1", "lab-2"]
+    assert r["single_lab-3_tpot_ms_runs"] == [1150.0]
+
+
 def test_the_report_says_which_measured_figures_the_placement_used():
     out = facts_keys(facts(1600 * MB), LINK, 512)
     assert out["placement_from"].startswith("measured")
