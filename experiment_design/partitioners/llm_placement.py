@@ -428,6 +428,15 @@ def _with_reason(p: Placement, model: Model, hosts: list[Host], link: Link,
         why = (f"splitting over {len(p.stages)} hosts saves "
                f"{single.ms_per_token - p.ms_per_token:.1f} ms per token against the "
                f"best single host ({single.hosts[0]}, {single.ms_per_token:.1f} ms)")
+    if len(p.stages) == 1 and margin > 0:
+        tied = [o for o in (time_per_token(model, [h], [0, model.n], link, policy="single",
+                                           context_tokens=context_tokens)
+                            for h in hosts if h.name != p.hosts[0])
+                if o.fits and o.ms_per_token <= p.ms_per_token * (1 + margin)]
+        if tied:
+            why += ("; as fast within the figures' resolution "
+                    f"({margin:.1%}), which cannot tell them apart: "
+                    + ", ".join(f"{o.hosts[0]} alone ({o.ms_per_token:.1f} ms)" for o in tied))
     unused = [h.name for h in hosts if h.name not in p.hosts]
     if unused and len(p.stages) > 1:
         why += f"; unused: {', '.join(unused)} (adding them does not pay)"

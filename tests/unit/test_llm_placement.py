@@ -151,6 +151,10 @@ def test_a_split_within_the_figures_resolution_keeps_one_host():
     assert len(tracr_placement(QWEN, [a, b], link).stages) == 2
     p = tracr_placement(QWEN, [a, b], link, split_margin=0.03)
     assert p.hosts == ["lab-1"] and "within the figures' resolution (3.0%)" in p.reason
+    # and it names the other host alone as a tie the figures cannot break
+    assert "cannot tell them apart: lab-2 alone (" in p.reason
+    wide = Host("lab-2", (12.0,) * 24, 0.15, 62.9)  # 30% slower alone: no tie
+    assert "cannot tell" not in tracr_placement(QWEN, [a, wide], link, split_margin=0.03).reason
     # a split that saves more than the margin is still taken
     fast_head = Host("lab-2", (9.8,) * 24, 0.15, 30.0)  # the split saves 6%
     assert len(tracr_placement(QWEN, [a, fast_head], link, split_margin=0.03).stages) == 2
