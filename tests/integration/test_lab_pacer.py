@@ -160,6 +160,36 @@ def test_a_paced_host_runs_a_lone_burst_evenly_slower_where_a_quota_runs_it_at_f
     assert 0.92 < mean(tick2) < 1.15, tick2
 
 
+_SHARE = r"""
+import sys, time
+print("ready", flush=True)
+sys.stdin.readline()  # in the cgroup now
+w0 = time.perf_counter(); c0 = time.process_time()
+while time.perf_counter() - w0 < float(sys.argv[1]):
+    pass
+print((time.process_time() - c0) / (time.perf_counter() - w0))
+"""
+
+
+def test_a_host_gets_its_share_while_other_work_runs_on_its_cpu(group):
+    # Regression: a host's cgroup had the default CPU weight, so any other runnable task
+    # on its CPU (the observer, another experiment) took half of what the host asked for:
+    # a 0.6-core host got 0.5 of a core beside one busy loop, and a quota'd host's lone
+    # bursts ran 2x slower than the quota allows. A host outweighs the machine's other
+    # work now, up to its quota.
+    cgroup.create(group.name, 0.6, 10_000)
+    cpu = max(os.sched_getaffinity(0))
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(other.pid, {cpu})
+        out = cgroup.run_pinned(_SHARE, ["2.0"], cpu, group, timeout=60, what="share loop")
+    finally:
+        other.kill()
+        other.wait()
+    share = float(out.strip().splitlines()[-1])
+    assert 0.55 < share < 0.65, share
+
+
 def test_the_pacer_continues_its_host_when_stopped_or_its_lab_is_gone(group, busy, tmp_path):
     alive = tmp_path / "alive"
     alive.write_text("")

@@ -136,6 +136,8 @@ def test_create_writes_period(tmp_path, monkeypatch):
     assert cgroup.read_quota(path) == 0.25
     path = cgroup.create("tracr-lab-2", 0.25)
     assert (path / "cpu.max").read_text() == "2500 10000"
+    # a host outweighs any other work on the machine, up to its quota
+    assert (path / "cpu.weight").read_text() == "10000"
 
 
 def test_delay_without_netem_goes_to_the_link_emulator(monkeypatch):
