@@ -88,6 +88,9 @@ def stop_pid(pid: int | None, timeout: float = 5.0) -> bool:
     while time.monotonic() < deadline:
         _reap(pid)
         if not pid_alive(pid):
+            # it may have exited between the reap and the check: a zombie is not alive,
+            # and it stays one until reaped
+            _reap(pid)
             return True
         time.sleep(0.05)
     try:
