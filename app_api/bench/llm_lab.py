@@ -310,7 +310,7 @@ def _measure(args: argparse.Namespace, p: Placement, done: dict[str, Measured],
         if (m.placement.hosts, m.placement.cuts) == (p.hosts, p.cuts) and (
                 m.in_flight is not None or not in_flight):
             return dataclasses.replace(m, placement=p, same_run_as=name)
-    one = {"max_new_tokens": args.tokens, "prompt_tokens": 16, "sequences": 1, "in_flight": 1}
+    one = _one_sequence(args)
     gens = [one]
     if in_flight:
         gens.append({**one, "sequences": args.in_flight, "in_flight": args.in_flight,
@@ -396,6 +396,10 @@ def _mirrored(args: argparse.Namespace, t: Placement, hosts: list, mf: Any, link
 
 def _again(args: argparse.Namespace, m: Measured, extra: list[str]) -> Measured:
     """``m`` with a second run of its placement."""
-    gens, _ = _run(args, m.placement, [{"max_new_tokens": args.tokens, "prompt_tokens": 16,
-                                        "sequences": 1, "in_flight": 1}], extra)
+    gens, _ = _run(args, m.placement, [_one_sequence(args)], extra)
     return dataclasses.replace(m, again=gens[0])
+
+
+def _one_sequence(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``generate`` params of one sequence of ``--tokens`` tokens."""
+    return {"max_new_tokens": args.tokens, "prompt_tokens": 16, "sequences": 1, "in_flight": 1}
