@@ -23,6 +23,14 @@ tens of us of their time without spinning: spinning for the last 150 us before e
 frame held frames to 4-8 us but, at 100 Mbit/s, where a frame leaves every 121 us,
 took 0.9 of a core. The delay counts from the kernel's arrival time of each frame.
 
+One exception: once frames have come in and none are held, the process polls for
+:data:`SPIN_S` before it sleeps. A request is usually answered within that time, and the
+answer then finds the process awake: waking it from ``select`` cost 70-90 us per relayed
+frame in this VM. A ping's round trip through an unshaped user link fell from 0.36 to
+0.275 ms (the kernel's path without the emulator: 0.225 ms); the emulator's CPU time
+for 600 pings rose from 0.12 to 0.24 s. A held frame, as in any bulk transfer, ends the
+polling, so a busy link costs no more than before.
+
 **Timeline.** Whenever a direction's configured state changes (start, a reconfiguration
 by SIGHUP, each step of a trace) a JSON line goes to the timeline file (wall time
 ``time.time()``); :func:`app_api.lab.timeline.link_timeline` reads it.
@@ -62,6 +70,7 @@ _LAG_S, _LAG_MAX_S = 60e-6, 500e-6  # select's lateness: first guess and cap
 _CHECK_S = 1.0  # how often the lab's state file is looked for
 _MAX_WAIT_S = 0.5
 _PRIORITY = 40
+SPIN_S = 200e-6  # after frames come in and none are held, poll this long before sleeping
 
 
 class Direction:
@@ -204,6 +213,7 @@ def run(config_path: Path, timeline_path: Path | None, alive: Path | None) -> No
     offset = time.time() - time.monotonic()
     unpack = struct.Struct("qq").unpack_from
     lag = _LAG_S  # how much later than asked select returns (tracked)
+    spin_until = 0.0
     while not stop:
         now = time.monotonic()
         wait = _MAX_WAIT_S
@@ -222,12 +232,15 @@ def run(config_path: Path, timeline_path: Path | None, alive: Path | None) -> No
         # wake early by select's usual lateness, and send what is due within EARLY_S:
         # frames go out within tens of us of their time without spinning between them
         timeout = max(0.0, wait - EARLY_S - lag)
+        if now < spin_until and not any(d.frames for d in dirs.values()):
+            timeout = 0.0
         ready = select.select(fds, [], [], timeout)[0]
         if not ready and timeout > 0:
             late = time.monotonic() - now - timeout
             lag = min(_LAG_MAX_S, max(0.0, 0.9 * lag + 0.1 * late))
         if ready:
             now = time.monotonic()
+            spin_until = now + SPIN_S
             for s, d, rf in recv:
                 if s.fileno() not in ready:
                     continue

@@ -73,7 +73,7 @@ print(json.dumps({"msgs": msgs, "loss": {k: len(v) for k, v in loss.items()}}), 
 """
 
 _SENDER = r"""
-import json, os, socket, struct, sys, time
+import json, os, select, socket, struct, sys, time
 addr, port = sys.argv[1], int(sys.argv[2])
 try:
     os.nice(-10)  # ahead of ordinary work on a busy machine: a stalled sender idles the link
@@ -112,17 +112,31 @@ try:  # the pings only wait on the socket: time them at a real-time priority, th
 except (OSError, AttributeError):
     realtime = False
 out["ping_realtime"] = realtime
+wait_s, spin_s = plan.get("ping_wait_s", 0.0), plan.get("ping_spin_s", 0.0)
 for i in range(plan["pings"]):
+    want = struct.pack("!II", 0, i)
     t = time.perf_counter()
     try:
-        s.send(token + b"P" + struct.pack("!II", 0, i))
-        while True:
-            d = s.recv(64)
-            if d[9:17] == struct.pack("!II", 0, i):
-                out["rtts_ms"].append((time.perf_counter() - t) * 1e3)
-                break
+        s.send(token + b"P" + want)
+        got = False
+        if wait_s > 0:  # no echo comes before the link's delay; one that does wakes this
+            select.select([s], [], [], wait_s)
+        # then poll, yielding to the echo's receiver if it shares this CPU: an echo that
+        # comes within spin_s is timed without this process's own wake-up in it
+        s.setblocking(False)
+        end = time.perf_counter() + spin_s
+        while not got and time.perf_counter() < end:
+            try:
+                got = s.recv(64)[9:17] == want
+            except BlockingIOError:
+                os.sched_yield()
+        s.settimeout(plan["ping_timeout_s"])
+        while not got:
+            got = s.recv(64)[9:17] == want
+        out["rtts_ms"].append((time.perf_counter() - t) * 1e3)
     except OSError:
         out["ping_lost"] += 1
+        s.settimeout(plan["ping_timeout_s"])
     time.sleep(plan.get("ping_gap_s", 0.005))
 if realtime:  # the paced sends below spin: never at a real-time priority
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))

@@ -16,7 +16,8 @@ side is never shaped, so each figure meets exactly one configured direction:
   timeline). Target: within 5%.
 - **round trip**: the median of UDP pings observer <-> host (configured: up + down
   delay) and, for each pair of neighbouring hosts, host <-> host (up + down of both: 2 x
-  ``--delay``). Target: within 5% or 0.3 ms, whichever is wider.
+  ``--delay``). Target: within 5% or 0.3 ms, whichever is wider. The pinger polls for its
+  echo around the time it is due, so its own wake-up is not timed (:func:`_ping_plan`).
 - **loss**: 10,000 small datagrams per direction, paced at half the link's rate so no
   queue drops any; target: the count lost is inside the 95% binomial interval of the
   configured rate (for Gilbert-Elliott loss the interval is widened by the chain's
@@ -97,6 +98,22 @@ def _rates(cfg: LinkConfig) -> tuple[float | None, float | None]:
     return min(rates), max(rates)
 
 
+def _ping_plan(pings: int, delays_ms: float, want_ms: float | None = None) -> dict:
+    """The pings of a probe whose echo crosses ``delays_ms`` of configured delay.
+
+    The pinger waits for each echo blocked until 0.5 ms before the delays have passed (an
+    echo that comes sooner wakes it), then polls for :data:`PING_SPIN_S` before it
+    blocks again. An echo that comes while it polls is timed without the pinger's own
+    wake-up, which is the probe's cost, not the link's: 60-90 us in this VM. Measured
+    with 300 pings through a link with no delay: 0.215 -> 0.14 ms on a kernel (tbf) link,
+    0.27 -> 0.20 ms through the user-space emulator.
+    """
+    want_ms = delays_ms if want_ms is None else want_ms
+    return {"pings": pings, "ping_timeout_s": max(0.5, 4 * want_ms / 1000),
+            "ping_gap_s": 0.005, "ping_wait_s": max(0.0, delays_ms / 1000 - 0.0005),
+            "ping_spin_s": PING_SPIN_S}
+
+
 def _plan(cfg: LinkConfig, quick: bool, rtt_ms: float, pings: int) -> dict:
     lo, hi = _rates(cfg)
     sizes = [s for s in SIZES if hi is None or s / (lo or hi) <= MAX_MESSAGE_S or s == SIZES[0]]
@@ -105,8 +122,7 @@ def _plan(cfg: LinkConfig, quick: bool, rtt_ms: float, pings: int) -> dict:
     drain = [(s * udpprobe.FRAME / udpprobe.DATAGRAM) / (lo or 1e9) * 0.25 + rtt_ms / 1000 + 0.1
              for s in sizes]
     loss_rate = (0.5 * lo) if lo else UNSHAPED_PPS * (udpprobe.LOSS_PAYLOAD + 42)
-    return {"pings": pings, "ping_timeout_s": max(0.5, 4 * rtt_ms / 1000),
-            "ping_gap_s": 0.005, "messages": sizes, "drain_s": drain,
+    return {**_ping_plan(pings, rtt_ms), "messages": sizes, "drain_s": drain,
             "pace_Bps": 1.25 * hi if hi else 0,
             "burst": max(8, math.ceil(0.004 * hi / udpprobe.FRAME)) if hi else 0,
             "loss": [[LOSS_PACKETS if not quick else 2000, loss_rate]],
@@ -179,6 +195,7 @@ def _again(rows: list, where: str, cfg: LinkConfig, plan: dict, epoch, measure) 
 
 
 PING_FRAME = 59  # a ping's frame: 17 bytes of UDP payload
+PING_SPIN_S = 1.5e-3  # how long the pinger polls for its echo (see _ping_plan)
 
 
 def ping_time(configs: list[LinkConfig]) -> tuple[float, float]:
@@ -250,8 +267,8 @@ def verify_lab(quick: bool = False, pings: int = 40, say=lambda m: None) -> dict
     hosts = state["hosts"]
     for a, b in zip(hosts, hosts[1:], strict=False):
         want = ping_time([spec[x["name"]][d] for x in (a, b) for d in ("up", "down")])
-        plan = {"pings": pings, "ping_timeout_s": max(0.5, 4 * want[0] / 1000),
-                "ping_gap_s": 0.005,
+        delays = sum(spec[x["name"]][d].delay_ms for x in (a, b) for d in ("up", "down"))
+        plan = {**_ping_plan(pings, delays, want[0]),
                 "messages": [], "drain_s": [], "pace_Bps": 0, "loss": [], "end_wait_s": 0.05}
         say(f"round trip {a['name']} <-> {b['name']}")
         out = udpprobe.session(a["ns"], b["ns"], b["address"], plan, _timeout(plan))

@@ -140,3 +140,17 @@ def test_per_host_overrides_from_a_request():
     bad = shaping.link_request(overrides={"lab-2:down": {"latency": "5ms"}})
     with pytest.raises(TracrError, match="unknown key 'latency'"):
         shaping.request_spec(bad, ["lab-1", "lab-2"])
+
+
+def test_a_pinger_waiting_for_a_delayed_echo_still_times_an_early_one():
+    """The verify pinger blocks until just before the configured delay has passed, then
+    polls: an echo that comes sooner (a link missing its delay) wakes it, so it is timed
+    as it came, not as the delay the pinger expected."""
+    from app_api.lab import udpprobe
+
+    plan = {**verify._ping_plan(20, delays_ms=200.0), "messages": [], "drain_s": [],
+            "pace_Bps": 0, "loss": [], "end_wait_s": 0.05}
+    assert plan["ping_wait_s"] == pytest.approx(0.1995) and plan["ping_spin_s"] > 0
+    out = udpprobe.session(None, None, "127.0.0.1", plan, 30)
+    assert out["ping_lost"] == 0 and len(out["rtts_ms"]) == 20
+    assert max(out["rtts_ms"]) < 50  # loopback: never the 199.5 ms the pinger expected
