@@ -53,10 +53,14 @@ with torch.inference_mode():
             key, rec = "fixed", head._compute(whole, x, i).record
         else:
             key, rec = "before", before_the_fix(x)
+        # the next read of the CPU clock after the end stamp collects any debt the compute
+        # left: the time from that stamp to just after the read is that debt's stall
+        time.process_time_ns()
+        debt = (time.perf_counter_ns() - rec["t_end"]) / 1e6
         time.sleep(0.0001)  # the hand-off: the process gives up the CPU, as a send does
         # from the end stamp of the compute to the end of the hand-off
         rows[key].append([rec["compute_ms"], rec["cpu_ms"],
-                          (time.perf_counter_ns() - rec["t_end"]) / 1e6])
+                          (time.perf_counter_ns() - rec["t_end"]) / 1e6, debt])
 print(json.dumps({**rows, "handoff": handoff(sm, x, [1, sm.n], 15, 0.02)}))
 """.replace("PASSES", "50")
 
@@ -81,21 +85,25 @@ def test_the_quota_debt_of_a_timed_compute_is_paid_inside_it(measured):
     # Regression: the compute's end was stamped before its CPU clock was read, so the read
     # collected the debt after the end: the hand-off that followed stalled for the next
     # period (7-10 ms), and a run booked that as transfer time. Now the CPU clock is read
-    # first at both ends of the timed region. The work after a region still gets only
-    # what the region left of the budget, so an occasional hand-off stalls anyway: how
-    # often depends on that work's CPU time, which the machine's state moves (4-6 of 60
-    # alone, 16 of 60 late in a full suite on a busy machine, whose ordinary hand-offs
-    # took 0.5-1.4 ms against 0.3). So the child times the same pass both ways,
-    # interleaved, in the same conditions: the order before the fix stalled 41-43 of 60
-    # hand-offs against 4-6 (alone); the fixed order must stall at most half as often.
+    # first at both ends of the timed region. The child times the same pass both ways,
+    # interleaved, in the same conditions, and reads the CPU clock again right after each
+    # (the first thing a hand-off does that accounts the process's time): the stall from
+    # the end stamp to just after that read is the debt the compute left outside itself.
+    # Only a few microseconds of work lie between the two, so the figure does not move
+    # with how fast the machine runs the hand-off's own work. That work still gets only
+    # what the compute left of the budget, so the whole hand-off stalls now and then in
+    # either order (4-6 of 60 alone; 20-24 of 50 on a day the machine ran the quota'd
+    # work 2-4x slower, its hand-offs 0.9-1.7 ms against 0.3): it is reported, not tested.
     # On the code before the fix both orders are the old one and stall alike.
-    fixed = [r[2] for r in measured["fixed"]]
-    before = [r[2] for r in measured["before"]]
+    fixed = [r[3] for r in measured["fixed"]]
+    before = [r[3] for r in measured["before"]]
     stalled, stalled_before = (sum(1 for s in v if s > 4.0) for v in (fixed, before))
+    hand = {k: sorted(round(r[2], 2) for r in measured[k]) for k in ("fixed", "before")}
     assert len(fixed) == len(before) == 50
     assert stalled_before >= 15, f"the old order stalled {stalled_before} of 50: {sorted(before)}"
     assert 2 * stalled <= stalled_before, (
-        f"hand-off after the timed compute, ms: {sorted(fixed)}; in the old order: {sorted(before)}")
+        f"stall after the timed compute, ms: {sorted(fixed)}; in the old order: {sorted(before)};"
+        f" whole hand-offs: {hand}")
     # the whole model is several quotas' worth of CPU: each compute waited for periods
     assert min(r[0] / r[1] for r in measured["fixed"]) > 1.5
 
