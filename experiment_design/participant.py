@@ -18,6 +18,7 @@ the control server, the allocator and heap settings) and torch are imported insi
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import shutil
@@ -114,13 +115,30 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
+STALL_DUMP_S = 5 * HEARTBEAT_S
+
+
 def _heartbeat() -> None:
+    """Print the heartbeat every ``HEARTBEAT_S``. A thread that needs the interpreter lock
+    for it, so a main thread that holds the lock (a long call into C that does not let go
+    of it), or a process that gets no CPU, silences it. If it does not run for
+    ``STALL_DUMP_S``, faulthandler's own thread (which needs no lock) writes every
+    thread's stack to stderr, where the observer keeps it for the error that names the
+    participant lost: the stack shows what held it."""
+    last = time.monotonic()
     while True:
         try:
+            faulthandler.dump_traceback_later(STALL_DUMP_S, file=sys.stderr)  # re-armed
             say(ALIVE_LINE)
         except (OSError, ValueError):  # stdout gone: the observer is gone, stdin will say so
+            faulthandler.cancel_dump_traceback_later()
             return
         time.sleep(HEARTBEAT_S)
+        now = time.monotonic()
+        if now - last > STALL_DUMP_S:
+            print(f"participant: the heartbeat did not run for {now - last - HEARTBEAT_S:.1f} s",
+                  file=sys.stderr, flush=True)
+        last = now
 
 
 def _watch_stdin(life: Lifecycle) -> None:

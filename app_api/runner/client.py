@@ -164,8 +164,7 @@ class ParticipantClient:
             raise ParticipantLost(
                 f"participant {self.instance} on {h.host_label} silent for "
                 f"{self.liveness_s:.0f} s (lost) during {method}()",
-                hint="no heartbeat arrived (a device off, a link down, a stopped process); "
-                "run.liveness_timeout_s sets how long to wait",
+                hint=lost_hint(h),
             )
         if time.monotonic() > deadline:
             raise CallStuck(
@@ -256,3 +255,13 @@ def _ended(h: ControlHandle) -> str:
     """How ``h`` ended: its launcher's words (``was cut off (ssh: ...)``), else ``died``."""
     ended = getattr(h, "ended", None)
     return ended() if callable(ended) else "died"
+
+
+def lost_hint(h: ControlHandle) -> str:
+    """The hint of a participant lost to silence: the likely causes, and the end of what it
+    wrote to stderr (a participant whose heartbeat thread could not run for a while writes
+    every thread's stack there, which shows what held it)."""
+    hint = ("no heartbeat arrived (a device off, a link down, a stopped process); "
+            "run.liveness_timeout_s sets how long to wait")
+    tail = h.stderr_tail(40)
+    return f"{hint}\nits stderr ended with:\n{tail}" if tail else hint

@@ -98,6 +98,8 @@ class Observer:
         except (ParticipantLost, RunTimeout) as exc:
             # the run ends by itself: what was measured is kept, the summary says why
             s.end(str(exc))
+            if isinstance(exc, ParticipantLost) and exc.hint:
+                s.errors.append(exc.hint)  # with the end of the lost one's stderr
         except TracrError as exc:
             s.errors.append(str(exc) + (f" ({exc.hint})" if exc.hint else ""))
             if not s.writer.rows:

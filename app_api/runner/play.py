@@ -108,6 +108,8 @@ class Playbook:
                 if lost:
                     self.dead.add(inst)
                 self.abort(str(exc) + ("" if lost or not exc.hint else f"\n{exc.hint}"), lost)
+                if lost and exc.hint:
+                    self.state.errors.append(exc.hint)  # with the end of its stderr
                 self.current.pop(inst, None)
                 continue
             self.ingest(inst, st)

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from app_api.launch import ParticipantHandle, ParticipantLost
 from app_api.launch.base import STARTUP_TIMEOUT_S
 from app_api.results.metrics import MetricsLog
-from app_api.runner.client import ParticipantClient
+from app_api.runner.client import ParticipantClient, lost_hint
 from app_api.runner.facts import LabFacts
 from app_api.runner.progress import ProgressView
 from experiment_design.errors import TracrError
@@ -177,8 +177,7 @@ class RunState:
             if h.conn is not None and h.silent_for() > limit:
                 raise ParticipantLost(
                     f"participant {inst} on {h.host_label} silent for {limit:.0f} s (lost)",
-                    hint="no heartbeat arrived (a device off, a link down, a stopped "
-                    "process); run.liveness_timeout_s sets how long to wait",
+                    hint=lost_hint(h),
                 )
 
 

@@ -72,3 +72,29 @@ def test_observer_gone_ends_participant(how):
     finally:
         h.stop()
     assert h.leftovers() == []
+
+
+def test_a_heartbeat_held_up_by_the_main_thread_shows_what_held_it():
+    # The heartbeat is a thread, so a main thread that holds the interpreter lock (a long
+    # C call that keeps it; here libc's usleep called through ctypes.PyDLL, which keeps
+    # it) silences it, and the observer calls the participant lost with no clue why.
+    # After STALL_DUMP_S without a beat, every thread's stack goes to stderr.
+    code = """
+import ctypes, sys, threading, time
+import experiment_design.participant as p
+p.HEARTBEAT_S, p.STALL_DUMP_S = 0.1, 0.5
+threading.Thread(target=p._heartbeat, daemon=True).start()
+time.sleep(0.3)
+def hold_the_lock():
+    ctypes.PyDLL(None).usleep(1_500_000)
+hold_the_lock()
+time.sleep(0.5)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(ALIVE_LINE) >= 4  # it beat before and after
+    err = out.stderr
+    assert "Timeout (0:00:00.500000)!" in err, err
+    assert "hold_the_lock" in err  # the main thread's stack, where it held the lock
+    assert "participant: the heartbeat did not run for" in err
