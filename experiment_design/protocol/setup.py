@@ -85,13 +85,40 @@ class TransportConfig(Message):
 
 
 @dataclass
+class RunConfig(Message):
+    """The manifest's ``run``: inferences discarded first, repeats per split, the seed, and
+    the run's time limits (seconds; ``timeout_s`` None: none). The defaults are the
+    schema's (``app_api/manifest/schema.py``)."""
+
+    warmup: int = 2
+    repeats: int = 1
+    seed: int = 0
+    timeout_s: float | None = None
+    liveness_timeout_s: float = 30.0
+    startup_timeout_s: float = 600.0
+
+
+@dataclass
+class PipelineConfig(Message):
+    """The manifest's ``pipeline``: the chain of stages (instances in stage order; None:
+    the edge and its clouds), the modes measured, inferences per configuration and mode,
+    how many are in flight at once in throughput mode, each stage's queue depth, and
+    whether each participant also runs the whole model alone (the baselines)."""
+
+    chain: list[str] | None = None
+    modes: list[str] = field(default_factory=lambda: ["throughput", "latency"])
+    count: int = 32
+    in_flight: int = 4
+    queue: int = 2
+    baselines: bool = True
+
+
+@dataclass
 class SetupConfig(Message):
     """setup(): the model, dataset, transport, partitioner and secrets of one participant.
 
-    ``run``, ``settings`` and ``pipeline`` stay plain mappings: ``settings`` is open (a
-    participant type's own keys, the energy collectors' parameters), ``pipeline`` holds a
-    pipeline partitioner's and task's parameters, and ``run`` is read by tasks as the
-    manifest wrote it.
+    ``settings`` stays a plain mapping: it is open (a participant type's own keys, the
+    energy collectors' parameters).
     """
 
     omit_none: ClassVar[bool] = True
@@ -102,14 +129,14 @@ class SetupConfig(Message):
     dataset: DatasetConfig | None = None
     transport: TransportConfig | None = None
     partitioner: PartitionerConfig | None = None
-    run: dict | None = None
+    run: RunConfig | None = None
     data_secret: str = ""
     threads: int | None = None
     data_bind: str | None = None
     data_port: int | None = None
     settings: dict | None = None
     device: str | None = None
-    pipeline: dict | None = None
+    pipeline: PipelineConfig | None = None
     extra: dict = field(default_factory=dict)
 
 

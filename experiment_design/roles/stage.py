@@ -52,8 +52,9 @@ class ChainMember(ParticipantService):
 
         # no reply for the liveness timeout: the partner is lost (a receive never waits for
         # ever; a partner profiling or computing sends nothing only between requests)
-        deadline = self.liveness_s = float((self.config.run or {}).get(
-            "liveness_timeout_s") or LIVENESS_TIMEOUT_S)
+        run = self.config.run
+        deadline = self.liveness_s = float((run.liveness_timeout_s if run else None)
+                                           or LIVENESS_TIMEOUT_S)
         for slot_peers in wiring.partners.values():
             for peer in slot_peers:
                 if peer.instance in self.downstream:
@@ -149,7 +150,7 @@ class StageRole(ChainMember):
         info = super().on_setup(config)
         from experiment_design.transport import DataServer
 
-        depth = int(((config.pipeline or {}).get("queue")) or 2)
+        depth = int((config.pipeline.queue if config.pipeline else None) or 2)
         self.chain = ChainServer(self, depth=depth)
         bind = config.data_bind or "127.0.0.1"
         # no run secret (the observer's runs): nobody gets in until admit_partners()

@@ -35,7 +35,8 @@ class InferDataset(Task):
             return int(self.params["count"])
         sweep = participant.partitioner.sweep_length() if participant.partitioner else None
         if sweep:
-            default = (participant.config.run or {}).get("repeats") or 1
+            run = participant.config.run
+            default = (run.repeats if run else 1) or 1
             return int(self.params.get("sweeps", default)) * int(sweep)
         return len(participant.inputs)
 

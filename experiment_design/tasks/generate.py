@@ -39,8 +39,8 @@ class Generate(Task):
         """Warm up, generate, report."""
         self.check(participant)
         p = self.params
-        chain = list((participant.config.pipeline or {}).get("chain")
-                     or [participant.instance])
+        pipe = participant.config.pipeline
+        chain = list((pipe.chain if pipe else None) or [participant.instance])
         if chain[0] != participant.instance:
             raise TracrError(f"generate runs on the chain's head ({chain[0]}), "
                              f"not on {participant.instance}")

@@ -25,7 +25,8 @@ class InferPipeline(Task):
     requires = "run_config"
 
     def _opts(self, participant: Any) -> dict[str, Any]:
-        cfg = {**(participant.config.pipeline or {}), **self.params}
+        pipe = participant.config.pipeline
+        cfg = {**(pipe.to_dict() if pipe else {}), **self.params}
         modes = cfg.get("modes") or list(MODES)
         if isinstance(modes, str):
             modes = [modes]

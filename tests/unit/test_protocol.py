@@ -254,6 +254,24 @@ def test_setup_config_carries_typed_configs_in_the_wire_form_the_observer_always
         SetupConfig.from_dict({"model": {"name": "alexnet", "colour": "red"}})
 
 
+def test_the_run_and_pipeline_sections_travel_typed_in_the_wire_form_they_always_had():
+    from app_api.manifest import load_manifest
+    from experiment_design.protocol import PipelineConfig, RunConfig
+
+    m = load_manifest("alexnet-pipeline", ["run.repeats=3", "pipeline.queue=5"])
+    config = SetupConfig(run=dict(m.run), pipeline=m.pipeline)  # as deploy builds it
+    assert config.run == RunConfig(repeats=3) and config.pipeline.queue == 5
+    assert config.pipeline == PipelineConfig(chain=["edge-1", "stage-1", "cloud-1"],
+                                             modes=["throughput", "latency"], count=24,
+                                             in_flight=3, queue=5)
+    # the wire form is the manifest's section, as when it travelled as a mapping
+    assert config.to_dict()["run"] == dict(m.run) and config.to_dict()["pipeline"] == m.pipeline
+    assert SetupConfig.from_json(config.to_json()) == config
+    assert SetupConfig().run is None and SetupConfig().pipeline is None
+    with pytest.raises(ProtocolError, match="RunConfig"):
+        SetupConfig.from_dict({"run": {"warmup": 1, "colour": "red"}})
+
+
 @pytest.mark.parametrize("role", ["edge", "cloud", "stage", "llm-head", "llm-stage"])
 def test_every_exposed_call_is_in_the_protocols_call_table_and_the_client(role):
     table = protocol.__doc__.split("\n    call ", 1)[1].split("\n\n", 1)[0]
