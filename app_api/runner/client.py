@@ -257,11 +257,18 @@ def _ended(h: ControlHandle) -> str:
     return ended() if callable(ended) else "died"
 
 
+#: the header faulthandler writes above a dump of every thread's stack
+DUMP_HEADER = "Timeout ("
+
+
 def lost_hint(h: ControlHandle) -> str:
     """The hint of a participant lost to silence: the likely causes, and the end of what it
-    wrote to stderr (a participant whose heartbeat thread could not run for a while writes
-    every thread's stack there, which shows what held it)."""
+    wrote to stderr. A participant whose heartbeat thread could not run for a while writes
+    every thread's stack there (the thread that held it among them): the last such dump is
+    kept whole, whatever its length; without one, the last 40 lines."""
     hint = ("no heartbeat arrived (a device off, a link down, a stopped process); "
             "run.liveness_timeout_s sets how long to wait")
-    tail = h.stderr_tail(40)
+    lines = h.stderr_tail(200).splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(DUMP_HEADER)]
+    tail = "\n".join(lines[starts[-1]:] if starts else lines[-40:])
     return f"{hint}\nits stderr ended with:\n{tail}" if tail else hint

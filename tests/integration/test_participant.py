@@ -85,9 +85,9 @@ import experiment_design.participant as p
 p.HEARTBEAT_S, p.STALL_DUMP_S = 0.1, 0.5
 threading.Thread(target=p._heartbeat, daemon=True).start()
 time.sleep(0.3)
-def hold_the_lock():
-    ctypes.PyDLL(None).usleep(1_500_000)
-hold_the_lock()
+def hold_the_lock(depth):  # deep, so that the dump is longer than a short stderr tail
+    return hold_the_lock(depth - 1) if depth else ctypes.PyDLL(None).usleep(1_500_000)
+hold_the_lock(60)
 time.sleep(0.5)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
@@ -98,3 +98,15 @@ time.sleep(0.5)
     assert "Timeout (0:00:00.500000)!" in err, err
     assert "hold_the_lock" in err  # the main thread's stack, where it held the lock
     assert "participant: the heartbeat did not run for" in err
+
+    # a run that loses the participant keeps the whole dump in its errors, not a tail that
+    # ends inside it (40 lines kept only the last threads' stacks)
+    from app_api.runner.client import lost_hint
+
+    class Handle:  # what lost_hint reads of a participant's handle
+        def stderr_tail(self, n: int) -> str:
+            return "\n".join(err.splitlines()[-n:])
+
+    hint = lost_hint(Handle())
+    assert "Timeout (0:00:00.500000)!" in hint and "hold_the_lock" in hint
+    assert len(hint.splitlines()) > 60
