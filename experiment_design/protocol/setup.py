@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, TypedDict
 
-from experiment_design.protocol.wire import Message
+from experiment_design.protocol.wire import LIVENESS_TIMEOUT_S, Message
 
 
 @dataclass
@@ -94,7 +94,7 @@ class RunConfig(Message):
     repeats: int = 1
     seed: int = 0
     timeout_s: float | None = None
-    liveness_timeout_s: float = 30.0
+    liveness_timeout_s: float = LIVENESS_TIMEOUT_S
     startup_timeout_s: float = 600.0
 
 
