@@ -127,6 +127,67 @@ def test_a_goodput_read_low_is_measured_again_and_the_best_kept():
     assert rows[0]["note"].endswith("(best of 2)") and len(rows[0]["readings"]) == 2
 
 
+def _trace_message(tmp_path, per_ms: int, late_s: float, delay_ms: float = 0.0) -> dict:
+    """A 64 KiB probe message through the emulator's own rate stage (:class:`Pipe`) on a
+    Mahimahi trace of ``per_ms`` opportunities each ms, sent as verify's sender sends it
+    (a burst, then a quarter faster than the link); the emulator sends each frame 20-100
+    us late, and the burst holding the first timed frame ``late_s`` late."""
+    import math
+    import random
+
+    from app_api.lab import udpprobe
+    from app_api.lab.pipe import Pipe
+
+    path = tmp_path / f"{per_ms}.trace"
+    path.write_text("".join(f"{ms}\n" * per_ms for ms in range(1, 201)))
+    pipe = Pipe(LinkConfig(trace=str(path), delay_ms=delay_ms), epoch=1000.0)
+    n, rate = 45, 1.25 * per_ms * 1514e3
+    burst = max(8, math.ceil(0.004 * rate / 1.25 / 1514))
+    sizes = [1472] * (n - 1) + [65536 - 1472 * (n - 1)]
+    start = 1005.5 + 0.37e-3
+    departs = [pipe.offer(start + max(0, i - burst) * 1514 / rate + 2e-6 * i, size + 42)
+               for i, size in enumerate(sizes)]
+    k = udpprobe.skip_count(n, per_ms * 1514e3)
+    rng = random.Random(0)
+    # the emulator stalls at the first timed frame's burst and then sends, in order,
+    # everything that fell due meanwhile (the next burst with it)
+    stall = (departs[k - 1], departs[k - 1] + late_s)
+    sent, arrivals = 0.0, []
+    for i, (d, size) in enumerate(zip(departs, sizes, strict=True)):
+        sent = max(sent, (stall[1] if stall[0] <= d < stall[1] else d) + rng.uniform(2e-5, 1e-4))
+        arrivals.append([i, sent, size])
+    return {"msgs": {"1": arrivals}, "loss_sent": {}, "loss": {}}
+
+
+@pytest.mark.parametrize("late_s", [0.0, 2.5e-3])
+@pytest.mark.parametrize("delay_ms", [0.0, 20.0])
+def test_a_trace_links_goodput_counts_its_opportunities_not_one_late_burst(tmp_path, late_s,
+                                                                            delay_ms):
+    """A Mahimahi link sends in bursts at its ms opportunities; a 64 KiB message lasts ~8
+    of them at 4 per ms. Timed from one arrival to the last it read 1.5% low when all
+    went well, and 12.6% high when the emulator stalled 2.5 ms at the first timed burst
+    (a full suite once failed on a 14% reading); counted in the trace's opportunities it
+    reads the link's rate. Fails on the code before (timed by arrivals)."""
+    plan = {"messages": [64 << 10], "loss": []}
+    rows: list = []
+    cfg = LinkConfig(trace=str(tmp_path / "4.trace"), delay_ms=delay_ms)
+    out = _trace_message(tmp_path, 4, late_s, delay_ms)
+    verify._direction(rows, out, "lab-1 up", cfg, plan, 1000.0)
+    assert rows[0]["ok"] is True, rows
+    assert rows[0]["measured"] == pytest.approx(4 * 1472e3, rel=0.01)
+
+
+def test_a_trace_link_that_sends_more_than_its_trace_is_still_caught(tmp_path):
+    """An emulator giving 5 frames where the trace has 4 opportunities reads 25% high."""
+    _trace_message(tmp_path, 4, 0.0)  # writes the configured 4-per-ms trace
+    rows: list = []
+    verify._direction(rows, _trace_message(tmp_path, 5, 0.0), "lab-1 up",
+                      LinkConfig(trace=str(tmp_path / "4.trace")),
+                      {"messages": [64 << 10], "loss": []}, 1000.0)
+    assert rows[0]["ok"] is False
+    assert rows[0]["measured"] / rows[0]["configured"] == pytest.approx(1.25, rel=0.02)
+
+
 def test_per_host_overrides_from_a_request():
     from app_api.lab import shaping
 
