@@ -13,6 +13,19 @@ heartbeat nor a call arrives for ``--idle-timeout`` seconds. On exit it removes
 The heartbeat is started before anything else is imported: the rest of tracr (the roles,
 the control server, the allocator and heap settings) and torch are imported inside
 :func:`main`, after it, for start-up time on a slow device.
+
+**Who beats.** On Linux a small helper process (:data:`_PULSE`, a ``python -I -S -c``
+of a few lines, no torch) writes the heartbeat while this process lives and is not
+stopped (``/proc/<pid>/stat``), and dies with it (``PR_SET_PDEATHSIG``). A beat then
+needs neither this interpreter's lock nor its share of a slow CPU: a thread's beat
+stopped for 30 s on a lab host held to 0.1 core, in a full test suite, and the
+participant was declared lost while it worked (a call into C that keeps the lock, such
+as a full garbage collection, takes ten times its CPU time in wall time at 0.1 core). A
+participant stopped (SIGSTOP), killed, or cut off still falls silent; one stuck inside a
+call is ended by the call's own bound (``run.startup_timeout_s``, ``SHORT_CALL_S``). The
+heartbeat thread stays as the watch on this interpreter: when it could not run for
+:data:`STALL_DUMP_S` it has every thread's stack written to stderr. Elsewhere (no
+``/proc``) the thread writes the heartbeat itself.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import faulthandler
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -117,26 +131,71 @@ def say(line: str) -> None:
 
 STALL_DUMP_S = 5 * HEARTBEAT_S
 
+# The heartbeat helper (see the module's docstring): argv is the participant's pid, the
+# period and the line. It beats while the participant is neither gone nor stopped.
+_PULSE = """
+import os, sys, time
+parent, period, line = int(sys.argv[1]), float(sys.argv[2]), (sys.argv[3] + "\\n").encode()
+try:
+    import ctypes, signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+def state():
+    try:
+        with open(f"/proc/{parent}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b"X"
+while os.getppid() == parent:
+    s = state()
+    if s in (b"X", b"x", b"Z"):
+        break
+    if s not in (b"T", b"t"):
+        try:
+            os.write(1, line)
+        except OSError:
+            break
+    time.sleep(period)
+"""
 
-def _heartbeat() -> None:
-    """Print the heartbeat every ``HEARTBEAT_S``. A thread that needs the interpreter lock
-    for it, so a main thread that holds the lock (a long call into C that does not let go
-    of it), or a process that gets no CPU, silences it. If it does not run for
-    ``STALL_DUMP_S``, faulthandler's own thread (which needs no lock) writes every
-    thread's stack to stderr, where the observer keeps it for the error that names the
-    participant lost: the stack shows what held it."""
+
+def start_pulse() -> subprocess.Popen | None:
+    """Start the heartbeat helper (Linux: it reads ``/proc``); None where it cannot run."""
+    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
+        return None
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _PULSE, str(os.getpid()), str(HEARTBEAT_S),
+             ALIVE_LINE], stdin=subprocess.DEVNULL, close_fds=True)
+    except OSError:
+        return None
+
+
+def _heartbeat(pulse: subprocess.Popen | None = None) -> None:
+    """Watch this interpreter every ``HEARTBEAT_S``, and print the heartbeat unless the
+    helper ``pulse`` does (or once it has ended). A thread needs the interpreter lock to
+    run, so a thread that holds it (a long call into C that does not let go of it), or a
+    process that gets no CPU, holds this one up. If it does not run for ``STALL_DUMP_S``,
+    faulthandler's own thread (which needs no lock) writes every thread's stack to
+    stderr, where the observer keeps it (a lost participant's error quotes it): the stack
+    shows what held it."""
     last = time.monotonic()
     while True:
         try:
             faulthandler.dump_traceback_later(STALL_DUMP_S, file=sys.stderr)  # re-armed
-            say(ALIVE_LINE)
+            if pulse is None or pulse.poll() is not None:  # poll() also reaps it
+                say(ALIVE_LINE)
         except (OSError, ValueError):  # stdout gone: the observer is gone, stdin will say so
             faulthandler.cancel_dump_traceback_later()
             return
         time.sleep(HEARTBEAT_S)
         now = time.monotonic()
         if now - last > STALL_DUMP_S:
-            print(f"participant: the heartbeat did not run for {now - last - HEARTBEAT_S:.1f} s",
+            helped = pulse is not None and pulse.poll() is None
+            print(f"participant: the interpreter was held for {now - last - HEARTBEAT_S:.1f} s"
+                  f" ({'the heartbeat helper beat meanwhile' if helped else 'no heartbeat'})",
                   file=sys.stderr, flush=True)
         last = now
 
@@ -169,7 +228,8 @@ def _watch_idle(life: Lifecycle, idle_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
-    threading.Thread(target=_heartbeat, daemon=True, name="heartbeat").start()
+    pulse = start_pulse()
+    threading.Thread(target=_heartbeat, args=(pulse,), daemon=True, name="heartbeat").start()
     args = parse_args(argv)
     if args.plugins:
         os.environ[PLUGINS_ENV] = args.plugins  # the registries import them on lookup

@@ -75,10 +75,10 @@ def test_observer_gone_ends_participant(how):
 
 
 def test_a_heartbeat_held_up_by_the_main_thread_shows_what_held_it():
-    # The heartbeat is a thread, so a main thread that holds the interpreter lock (a long
-    # C call that keeps it; here libc's usleep called through ctypes.PyDLL, which keeps
-    # it) silences it, and the observer calls the participant lost with no clue why.
-    # After STALL_DUMP_S without a beat, every thread's stack goes to stderr.
+    # A heartbeat thread (where the helper cannot run) needs the interpreter lock, so a
+    # main thread that holds it (a long C call that keeps it; here libc's usleep called
+    # through ctypes.PyDLL, which keeps it) silences it. After STALL_DUMP_S without a
+    # beat, every thread's stack goes to stderr.
     code = """
 import ctypes, sys, threading, time
 import experiment_design.participant as p
@@ -97,7 +97,7 @@ time.sleep(0.5)
     err = out.stderr
     assert "Timeout (0:00:00.500000)!" in err, err
     assert "hold_the_lock" in err  # the main thread's stack, where it held the lock
-    assert "participant: the heartbeat did not run for" in err
+    assert "participant: the interpreter was held for" in err and "no heartbeat" in err
 
     # a run that loses the participant keeps the whole dump in its errors, not a tail that
     # ends inside it (40 lines kept only the last threads' stacks)
@@ -110,3 +110,74 @@ time.sleep(0.5)
     hint = lost_hint(Handle())
     assert "Timeout (0:00:00.500000)!" in hint and "hold_the_lock" in hint
     assert len(hint.splitlines()) > 60
+
+
+_PULSED = """
+import ctypes, os, sys, threading, time
+import experiment_design.participant as p
+p.HEARTBEAT_S, p.STALL_DUMP_S = 0.1, 0.5
+pulse = p.start_pulse()
+threading.Thread(target=p._heartbeat, args=(pulse,), daemon=True).start()
+print("PULSE", pulse.pid, flush=True)
+time.sleep(0.5)
+os.write(1, b"HOLD\\n")
+ctypes.PyDLL(None).usleep(1_500_000)  # holds the interpreter lock
+os.write(1, b"FREE\\n")
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_the_heartbeat_helper_beats_while_the_interpreter_is_held():
+    """The heartbeat comes from a helper process that needs no lock of the participant's
+    interpreter: it beats through a 1.5 s hold of the lock, where the thread alone fell
+    silent (a participant on a host held to 0.1 core was once called lost while it ran a
+    call into C). Fails on the code before (no helper: no beat between HOLD and FREE)."""
+    out = subprocess.run([sys.executable, "-c", _PULSED, "0.3"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    held = lines[lines.index("HOLD") + 1:lines.index("FREE")]
+    assert held.count(ALIVE_LINE) >= 10, lines  # every 0.1 s of the 1.5 s
+    assert set(held) == {ALIVE_LINE}
+    assert "participant: the interpreter was held for" in out.stderr  # and said so
+    assert "the heartbeat helper beat meanwhile" in out.stderr
+
+
+def test_the_heartbeat_helper_falls_silent_with_a_stopped_participant_and_dies_with_it():
+    import signal
+
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", _PULSED, "60"], cwd=REPO,
+                            stdout=subprocess.PIPE, bufsize=0)
+    try:
+        first = proc.stdout.readline().decode().split()
+        assert first[0] == "PULSE", first
+        helper = psutil.Process(int(first[1]))
+        assert helper.ppid() == proc.pid and "experiment_design.participant" not in \
+            " ".join(helper.cmdline())  # a test's search for participants never finds it
+        while proc.stdout.readline().strip() != b"FREE":
+            pass
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
+
+        def beats_within(s: float) -> int:
+            time.sleep(s)
+            try:
+                return os.read(fd, 1 << 16).decode().count(ALIVE_LINE)
+            except BlockingIOError:
+                return 0
+
+        assert beats_within(0.6) >= 3
+        proc.send_signal(signal.SIGSTOP)
+        beats_within(0.15)  # a beat on its way when the stop came
+        assert beats_within(0.8) == 0  # stopped: silent, as the observer must see it
+        proc.send_signal(signal.SIGCONT)
+        assert beats_within(0.6) >= 3
+        proc.kill()
+        proc.wait(timeout=10)
+        helper.wait(timeout=5)  # PR_SET_PDEATHSIG: it goes with the participant
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
