@@ -19,6 +19,7 @@ from app_api.devices.registry import known_hosts_path
 from app_api.lab import cgroup, links, network, pacer, sshd
 from app_api.lab import memory as lab_memory
 from app_api.lab import state as lab_state
+from app_api.lab.holds import HOLDS_FILE
 from app_api.lab.registry_link import register_hosts
 from app_api.lab.shaping import apply_request, link_request, request_spec
 from app_api.lab.state import host_entry, load_state, new_state, save_state
@@ -286,8 +287,10 @@ def pacer_period_us(period_ms: float | None) -> int:
 def _start_pacer(state: dict, period: int, say) -> None:
     paced = [(h["cgroup"], float(h["cpu_quota"])) for h in state["hosts"] if h.get("cgroup")]
     log_path = lab_state.lab_dir() / "pacer.log"
-    pid = pacer.start(paced, period, lab_state.state_path(), log_path)
-    state["pacer"] = {"pid": pid, "period_us": period, "log": str(log_path)}
+    holds = lab_state.lab_dir() / HOLDS_FILE
+    pid = pacer.start(paced, period, lab_state.state_path(), log_path, holds)
+    state["pacer"] = {"pid": pid, "period_us": period, "log": str(log_path),
+                      "holds": str(holds)}
     save_state(state)
     deadline = time.monotonic() + 10.0
     ready = f"{pacer.READY} {pid}:"

@@ -32,6 +32,12 @@ bursts of 2 / 7 / 20 ms at 0.25 core, wall x fraction / CPU (median of 24, two r
 2 ms tick is either seen or not: its mean was 0.94-1.05). A busy loop gets 0.60 of a core
 under 0.6 (0.25 under 0.25) at each. A 3-host pipeline
 (`tracr bench pipeline`) ran 55-61 inferences/s at a 2 ms tick, 45-49 at 1 ms.
+**The holds are recorded.** Each stop of a host (from its SIGSTOP to its SIGCONT, on
+``perf_counter``, the clock every lab host's timers read) goes to the lab's holds file
+(``--holds``; :mod:`app_api.lab.holds`), so a run can tell the time the lab held a host
+from time no timer explains (:mod:`app_api.results.budget`: a hold that falls in a
+stage's hand-off, between its compute and its send, is ``held_ms``).
+
 The pacer is one process per lab (started by ``lab up``, stopped by ``lab
 down``), at a real-time priority so its ticks keep time. It paces every process in a
 host's cgroup except sshd (its listener and sessions carry the control channel; paced,
@@ -52,6 +58,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from app_api.lab.holds import HOLDS_FLUSH_S, HoldLog
 from app_api.lab.system import find_helpers, helper_is_ours, start_helper
 from experiment_design.runtime import heap
 
@@ -289,9 +296,11 @@ def _ticker(cpu: int, start: float, tick: float, stop: list) -> None:
 
 
 def run(procs_files: list[Path], fractions: list[float], period_us: int,
-        alive: Path | None = None) -> None:
-    """Pace the hosts until a signal, an error, or ``alive`` (a file) disappearing."""
+        alive: Path | None = None, holds: Path | None = None) -> None:
+    """Pace the hosts until a signal, an error, or ``alive`` (a file) disappearing;
+    each stop goes to the ``holds`` file (:class:`HoldLog`)."""
     hosts = _Hosts(procs_files)
+    log = HoldLog(holds, [str(f.parent) for f in procs_files])
     stop = []
 
     def on_signal(signum, _frame):
@@ -319,6 +328,7 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
     credit = {i: Credit(fractions[i], fractions[i] * tick) for i in paced}
     resume = {i: resume_level(fractions[i], tick) for i in paced}
     stopped = {i: False for i in paced}
+    since = dict.fromkeys(paced, 0.0)  # when each stopped host was stopped
     known: dict[int, set[int]] = {i: set() for i in paced}
     last: dict[int, dict[int, int]] = {i: {} for i in paced}
     # a full collection of this process (about 15,000 objects) takes ~5 ms, four ticks
@@ -335,6 +345,7 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
                 time.sleep(_CHECK_S)
             return
         check = time.perf_counter() + _CHECK_S
+        flush = time.perf_counter() + HOLDS_FLUSH_S
         last_t = {i: time.perf_counter() for i in paced}
         nxt = start + tick
         while not stop:
@@ -365,12 +376,16 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
                 last_t[i] = now
                 if value < 0 and not stopped[i]:
                     hosts.send(pids, signal.SIGSTOP)
-                    stopped[i] = True
+                    stopped[i], since[i] = True, time.perf_counter()
                 elif stopped[i] and value >= resume[i] - _EPS_S:
                     hosts.send(pids, signal.SIGCONT)
                     stopped[i] = False
+                    log.add(i, since[i], time.perf_counter())
                 elif stopped[i] and new:
                     hosts.send(new, signal.SIGSTOP)  # started while its host is stopped
+            if now >= flush:
+                flush = now + HOLDS_FLUSH_S
+                log.flush()
             if now >= check:
                 check = now + _CHECK_S
                 if (alive is not None and not alive.exists()) or not all(
@@ -378,20 +393,27 @@ def run(procs_files: list[Path], fractions: list[float], period_us: int,
                     return
     finally:
         hosts.continue_all()
+        for i in paced:
+            if stopped[i]:
+                log.add(i, since[i], time.perf_counter())
+        log.flush()
 
 
 _ENTRY = "import sys; from app_api.lab.pacer import main; sys.exit(main(sys.argv[1:]))"
 
 
-def command(hosts: list[tuple[str, float]], period_us: int, alive: Path) -> list[str]:
+def command(hosts: list[tuple[str, float]], period_us: int, alive: Path,
+            holds: Path | None = None) -> list[str]:
     """The pacer's command line: ``hosts`` are (cgroup directory, fraction)."""
     return [sys.executable, "-c", _ENTRY, "--period-us", str(int(period_us)),
-            "--alive", str(alive), *[f"{f:g}={d}" for d, f in hosts]]
+            "--alive", str(alive), *(["--holds", str(holds)] if holds else []),
+            *[f"{f:g}={d}" for d, f in hosts]]
 
 
-def start(hosts: list[tuple[str, float]], period_us: int, alive: Path, log_path: Path) -> int:
+def start(hosts: list[tuple[str, float]], period_us: int, alive: Path, log_path: Path,
+          holds: Path | None = None) -> int:
     """Start the pacer in its own session (Ctrl-C on ``lab up`` must not stop it); its PID."""
-    return start_helper(command(hosts, period_us, alive), log_path)
+    return start_helper(command(hosts, period_us, alive, holds), log_path)
 
 
 def is_ours(pid: int | None, alive: Path) -> bool:
@@ -419,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period-us", type=int, default=DEFAULT_PERIOD_US)
     ap.add_argument("--alive", type=Path, default=None,
                     help="exit (continuing every host) once this file is gone")
+    ap.add_argument("--holds", type=Path, default=None,
+                    help="write each stop of a host to this file (see HoldLog)")
     ap.add_argument("hosts", nargs="+", metavar="FRACTION=CGROUP_DIR")
     args = ap.parse_args(argv)
     fractions, files = [], []
@@ -426,6 +450,6 @@ def main(argv: list[str] | None = None) -> int:
         f, _, d = item.partition("=")
         fractions.append(float(f))
         files.append(Path(d) / "cgroup.procs")
-    run(files, fractions, args.period_us, args.alive)
+    run(files, fractions, args.period_us, args.alive, args.holds)
     return 0
 

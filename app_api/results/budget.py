@@ -21,7 +21,12 @@ part is read from the stage that measured it, and only differences on one clock 
   head's decoding of the reply.
 
 The residual is then the time between a stage's compute and its send that no timer holds
-(in latency mode: the hand-off inside the stage). Without ``stages.csv`` (a run recorded
+(in latency mode: the hand-off inside the stage). On a lab whose CPU pacer holds the hosts
+to their share (``--cpu-mode duty``), the pacer's own record of each stop of a host
+(``holds.csv``, :data:`HOLDS_FILE`) is a measured part too: ``held_ms``, the part of each
+sender's hand-off that its host spent stopped. The stops are the emulated device's
+slowness, but they come in ticks (about 3 ms at 0.6 core and a 2 ms tick), and a hand-off
+of 0.1-0.4 ms that met one is no longer time that no timer explains. Without ``stages.csv`` (a run recorded
 before it was written for two-party sweeps) the ``inferences.csv`` columns are summed; the
 edge role writes ``transfer_ms`` as what is left of e2e, so that sum closes by
 construction, and ``source`` says ``columns``.
@@ -29,15 +34,48 @@ construction, and ``source`` says ``columns``.
 
 from __future__ import annotations
 
+import csv
+import io
 import statistics
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
+from app_api.fsutil import atomic_write
 from app_api.results.store import STAGES_FILE, complete_rows
+from experiment_design.protocol import HOLD_COLUMNS
 
 #: the largest residual, as a share of e2e, for a budget that "adds up"
 TOLERANCE = 0.02
 
-PARTS = ("edge_ms", "encode_ms", "transfer_ms", "decode_ms", "cloud_ms", "queue_ms")
+PARTS = ("edge_ms", "encode_ms", "transfer_ms", "decode_ms", "cloud_ms", "queue_ms",
+         "held_ms")
+
+#: the lab pacer's holds of the run's hosts (:class:`experiment_design.protocol.HoldRecord`)
+HOLDS_FILE = "holds.csv"
+
+
+class Holds:
+    """The holds of each instance's host (ms, one clock), and where the record begins."""
+
+    def __init__(self, rows: Iterable[Mapping]) -> None:
+        self.by_instance: dict[str, list[tuple[float, float]]] = {}
+        self.covered_from: float | None = None
+        for r in rows:
+            a, b = _f(r.get("t_stop_ms")), _f(r.get("t_cont_ms"))
+            if not r.get("instance"):
+                self.covered_from = a
+            elif a is not None and b is not None:
+                self.by_instance.setdefault(str(r["instance"]), []).append((a, b))
+        for spans in self.by_instance.values():
+            spans.sort()
+
+    def held(self, instance: str, t0: float, t1: float) -> float | None:
+        """Ms of ``t0``..``t1`` that ``instance``'s host spent stopped; None before the
+        record begins."""
+        if self.covered_from is None or t0 < self.covered_from:
+            return None
+        return sum(max(0.0, min(b, t1) - max(a, t0))
+                   for a, b in self.by_instance.get(instance, ()) if a < t1 and b > t0)
 
 
 def _f(v) -> float | None:
@@ -49,9 +87,9 @@ def _f(v) -> float | None:
         return None
 
 
-def from_stages(e2e_ms: float, stages: list[Mapping]) -> dict | None:
+def from_stages(e2e_ms: float, stages: list[Mapping], holds: Holds | None = None) -> dict | None:
     """One inference's parts (ms) from its ``stages.csv`` rows (head first by ``hop``), or
-    None when a time the budget needs is missing."""
+    None when a time the budget needs is missing; ``holds``: the lab pacer's, if any."""
     rows = sorted(stages, key=lambda r: int(r["hop"]))
     if len(rows) < 2 or int(rows[0]["hop"]) != 0:
         return None
@@ -79,25 +117,32 @@ def from_stages(e2e_ms: float, stages: list[Mapping]) -> dict | None:
     for s in senders:
         enc, send = _f(s["encode_ms"]), _f(s["send_ms"])
         parts["encode_ms"] += enc
+        handoff = _f(s["t_sent_ms"]) - send - enc - _f(s["t_end_ms"])
         if piped:  # waiting for the stage's send thread
-            parts["queue_ms"] += _f(s["t_sent_ms"]) - send - enc - _f(s["t_end_ms"])
+            parts["queue_ms"] += handoff
+        elif holds is not None:
+            end = _f(s["t_end_ms"])
+            parts["held_ms"] += holds.held(str(s.get("instance")), end, end + handoff) or 0.0
     parts["transfer_ms"] = transfer
     return parts
 
 
 def from_columns(row: Mapping) -> dict | None:
     """One inference's parts (ms) from its ``inferences.csv`` columns, or None."""
-    vals = {k: _f(row.get(k)) for k in PARTS if k != "queue_ms"}
+    vals = {k: _f(row.get(k)) for k in PARTS if k not in ("queue_ms", "held_ms")}
     if any(v is None for v in vals.values()):
         return None
-    return {**vals, "queue_ms": 0.0}
+    return {**vals, "queue_ms": 0.0, "held_ms": 0.0}
 
 
-def latency_budget(rows: Iterable[Mapping], stages: Iterable[Mapping] = ()) -> dict | None:
+def latency_budget(rows: Iterable[Mapping], stages: Iterable[Mapping] = (),
+                   holds: Iterable[Mapping] | None = None) -> dict | None:
     """``summary.json["latency_budget"]`` from the run's inference rows and (if any) its
-    ``stages.csv`` rows: per inference ``residual = e2e - sum(parts)``; the worst share of
-    e2e, the count above :data:`TOLERANCE`, and the parts' medians. None when no
-    successful inference has its parts."""
+    ``stages.csv`` rows and the lab pacer's ``holds.csv`` rows: per inference
+    ``residual = e2e - sum(parts)``; the worst share of e2e, the count above
+    :data:`TOLERANCE`, and the parts' medians. None when no successful inference has its
+    parts."""
+    held = Holds(holds) if holds is not None else None
     by_inf: dict[str, list[Mapping]] = {}
     for s in stages:
         if not s.get("error"):
@@ -109,7 +154,7 @@ def latency_budget(rows: Iterable[Mapping], stages: Iterable[Mapping] = ()) -> d
         if not e2e or e2e <= 0:
             continue
         st = by_inf.get(str(r.get("inference")))
-        parts = from_stages(e2e, st) if st and len(st) > 1 else None
+        parts = from_stages(e2e, st, held) if st and len(st) > 1 else None
         if parts is not None:
             sources.add("stages")
         elif st and len(st) > 1:
@@ -134,19 +179,43 @@ def latency_budget(rows: Iterable[Mapping], stages: Iterable[Mapping] = ()) -> d
         "adds_up": all(v <= TOLERANCE for v in shares),
         "source": "+".join(sorted(sources)),
         "parts_ms_median": {k: statistics.median(c[2][k] for c in checked) for k in PARTS},
+        "held": None if held is None else {
+            "source": "the lab's CPU pacer (holds.csv)",
+            "inferences_held": sum(1 for c in checked if c[2]["held_ms"] > 0),
+            "held_ms_max": max(c[2]["held_ms"] for c in checked)},
         "method": "residual = e2e - (edge compute + encode + transfer + decode + later "
-                  "stages' compute + queue wait), per inference, as a share of e2e; "
+                  "stages' compute + queue wait + held), per inference, as a share of e2e; "
                   "stages: each part from the stage that timed it, one clock per "
-                  "difference; columns: the inferences.csv columns, whose transfer is "
-                  "e2e minus the rest (closes by construction)",
+                  "difference; held: the part of a sender's hand-off (compute end to "
+                  "encode start) its lab host spent stopped by the lab's CPU pacer; "
+                  "columns: the inferences.csv columns, whose transfer is e2e minus the "
+                  "rest (closes by construction)",
     }
 
 
 def run_budget(run_dir, rows: list[Mapping]) -> dict | None:
-    """:func:`latency_budget` of a run directory's rows and its ``stages.csv`` (if any)."""
-    from pathlib import Path
+    """:func:`latency_budget` of a run directory's rows, its ``stages.csv`` and its
+    ``holds.csv`` (each if any)."""
+    holds = Path(run_dir) / HOLDS_FILE
+    return latency_budget(rows, complete_rows(Path(run_dir) / STAGES_FILE),
+                          read_holds_csv(holds) if holds.exists() else None)
 
-    return latency_budget(rows, complete_rows(Path(run_dir) / STAGES_FILE))
+
+def write_holds_csv(run_dir, rows: Iterable[Mapping]) -> Path:
+    """Write ``holds.csv`` (atomically; :data:`HOLD_COLUMNS`)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, HOLD_COLUMNS, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    path = Path(run_dir) / HOLDS_FILE
+    atomic_write(path, buf.getvalue())
+    return path
+
+
+def read_holds_csv(path) -> list[dict]:
+    """The rows of a ``holds.csv``."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def warmup_count(warmup_rounds: int, n_splits: int, configs: int = 0) -> dict:

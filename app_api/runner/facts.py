@@ -34,6 +34,9 @@ class LabFacts:
     #: ``(t0, t1) -> rows``: the lab links' configured state over that wall-clock span
     #: (:func:`app_api.runner.labfacts.lab_timeline`), None off the lab
     timeline: Callable[[float, float], list[dict]] | None = None
+    #: ``(t0_ms, t1_ms) -> rows``: the lab pacer's holds of each host over that span
+    #: (``perf_counter`` ms; :func:`app_api.runner.labfacts.lab_holds`), None unpaced
+    holds: Callable[[float, float], list[dict]] | None = None
 
     def cpu_quota(self, device: str) -> dict | None:
         """The lab's CPU quota on ``device`` (a fresh dict), or None when it has none."""

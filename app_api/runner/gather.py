@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app_api.results import ResultsWriteError, build_summary
 from app_api.results.adaptive import adaptive_summary, write_link_csv
-from app_api.results.budget import run_budget, warmup_count
+from app_api.results.budget import run_budget, warmup_count, write_holds_csv
 from app_api.results.energy import score_energy
 from app_api.results.fidelity import codec_summary
 from app_api.results.figures import draw_kinds
@@ -16,6 +16,7 @@ from app_api.results.metrics import metrics_summary, write_metrics
 from app_api.results.noise import measurement_noise, pair_noise, pair_samples
 from app_api.results.report import write_report
 from app_api.results.scoring import evaluate_run
+from app_api.results.store import STAGES_FILE, complete_rows
 from app_api.results.summary import rows_of_transport
 from app_api.runner.pipeline import pipeline_summary
 from app_api.runner.state import RunState
@@ -133,10 +134,33 @@ def add_budget(state: RunState, summary: dict, run_dir: Path, rows: list[dict]) 
     configs = len((summary.get("pipeline") or {}).get("configs") or [])
     summary["warmup"] = warmup_count(rounds, len(summary.get("splits") or []), configs)
     try:
+        write_holds(state, run_dir)
         summary["latency_budget"] = run_budget(run_dir, rows)
     except Exception as exc:  # the run's own results first
         log.warning("latency budget not read: %s", exc)
         summary.setdefault("warnings", []).append(f"latency budget not read: {exc}")
+
+
+def write_holds(state: RunState, run_dir: Path) -> Path | None:
+    """``holds.csv``: the lab pacer's holds of the run's hosts over its stages' times, one
+    row per instance on a held host (:data:`experiment_design.protocol.HOLD_COLUMNS`), or
+    None where the run has no stages or its hosts are not paced."""
+    if state.facts.holds is None:
+        return None
+    times = [float(v) for r in complete_rows(run_dir / STAGES_FILE)
+             for k in ("t_arrive_ms", "t_start_ms", "t_sent_ms")
+             if (v := r.get(k)) not in (None, "")]
+    if not times:
+        return None
+    on: dict[str, list[str]] = {}
+    for inst in state.manifest.participant_instances:
+        on.setdefault(str(inst.get("device")), []).append(str(inst.get("name")))
+    out = []
+    for h in state.facts.holds(min(times) - 1e3, max(times) + 1e3):
+        if h.get("host") is None:
+            out.append({"instance": "", "host": "", "t_stop_ms": h.get("t_stop_ms")})
+        out += [{**h, "instance": name} for name in on.get(str(h.get("host")), [])]
+    return write_holds_csv(run_dir, out)
 
 
 def run_metrics(state: RunState, w) -> dict:

@@ -12,8 +12,10 @@ import os
 from typing import Any
 
 from app_api import lab
+from app_api.lab import state as lab_state
 from app_api.lab import timeline, trace
 from app_api.lab.cgroup import PERIOD_US
+from app_api.lab.holds import HOLDS_FILE, read_holds
 from app_api.runner import labcheck
 from app_api.runner.facts import LabFacts
 
@@ -38,7 +40,27 @@ def lab_facts(manifest: Any, link: dict | None = None) -> LabFacts:
     if link is None and devices & set(report.get("hosts") or []):
         link = report
     quotas = {dev: q for dev in devices if (q := quota_from_report(report, dev))}
-    return LabFacts(link=link, cpu_quotas=quotas, lab_check=checked, timeline=lab_timeline)
+    paced = any(q.get("mode") == "duty" for q in quotas.values())
+    return LabFacts(link=link, cpu_quotas=quotas, lab_check=checked, timeline=lab_timeline,
+                    holds=lab_holds if paced else None)
+
+
+def lab_holds(t0_ms: float, t1_ms: float) -> list[dict]:
+    """The lab pacer's holds of each host that overlap ``t0_ms``..``t1_ms``
+    (``perf_counter`` ms, the clock of ``stages.csv``): ``{host, t_stop_ms, t_cont_ms}``,
+    and one row ``{host: None, t_stop_ms: covered from}`` saying where the record begins
+    (:func:`app_api.lab.holds.read_holds`; the pacer keeps two files of them)."""
+    state = lab_state.load_state() or {}
+    if not state.get("pacer"):
+        return []
+    dirs, holds = read_holds(lab_state.lab_dir() / HOLDS_FILE)
+    names = {h["cgroup"]: h["name"] for h in state.get("hosts") or [] if h.get("cgroup")}
+    hosts = {i: names.get(d) for i, d in dirs.items()}
+    rows = [{"host": None, "t_stop_ms": 1e3 * holds[0][1] if holds else None,
+             "t_cont_ms": None}]
+    rows += [{"host": hosts.get(i), "t_stop_ms": 1e3 * a, "t_cont_ms": 1e3 * b}
+             for i, a, b in holds if 1e3 * b >= t0_ms and 1e3 * a <= t1_ms and hosts.get(i)]
+    return rows
 
 
 def lab_timeline(t0: float, t1: float) -> list[dict]:

@@ -33,7 +33,8 @@ JSON strings stay the wire format because rpyc passes lists and dicts by
 reference (every access a round trip) and pickle is off. The records that
 ``poll`` carries have their columns defined here once (:data:`INFER_COLUMNS`,
 :data:`LAYER_COLUMNS`, :data:`METRIC_COLUMNS`, :data:`STAGE_COLUMNS`,
-:data:`CONFIG_COLUMNS`); the results store writes them.
+:data:`CONFIG_COLUMNS`), and the observer's own ``holds.csv`` beside them
+(:data:`HOLD_COLUMNS`); the results store writes them.
 
 The package holds one module per job, and this one names them all:
 :mod:`~experiment_design.protocol.wire` (the ready line, the heartbeat, the JSON form of
@@ -60,11 +61,13 @@ from experiment_design.protocol.measurements import (
 )
 from experiment_design.protocol.records import (
     CONFIG_COLUMNS,
+    HOLD_COLUMNS,
     INFER_COLUMNS,
     LAYER_COLUMNS,
     METRIC_COLUMNS,
     STAGE_COLUMNS,
     ConfigRecord,
+    HoldRecord,
     InferenceRecord,
     LayerRecord,
     MetricSample,
@@ -127,6 +130,8 @@ __all__ = [
     "Environment",
     "GraphPlan",
     "HEARTBEAT_S",
+    "HOLD_COLUMNS",
+    "HoldRecord",
     "INFER_COLUMNS",
     "InferenceRecord",
     "LAYER_COLUMNS",

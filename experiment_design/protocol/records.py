@@ -124,6 +124,18 @@ class StageRecord(TypedDict, total=False):
     error: str
 
 
+class HoldRecord(TypedDict, total=False):
+    """One hold of a lab host by the lab's CPU pacer (``lab up --cpu-mode duty``), for one
+    instance on that host, one row of ``holds.csv``: from the stop to the continue, in ms
+    on the lab's one clock (``perf_counter``, as ``stages.csv``). The row with no instance
+    says where the pacer's record begins (``t_stop_ms``): holds before it are unknown."""
+
+    instance: str
+    host: str
+    t_stop_ms: float
+    t_cont_ms: float
+
+
 class ConfigRecord(TypedDict, total=False):
     """One measured configuration of a pipeline sweep (a chain of stages cut at ``cuts``,
     run in one mode at one bandwidth), one row of ``configs.csv``.
@@ -162,3 +174,4 @@ LAYER_COLUMNS: list[str] = list(LayerRecord.__annotations__)
 METRIC_COLUMNS: list[str] = list(MetricSample.__annotations__)
 STAGE_COLUMNS: list[str] = list(StageRecord.__annotations__)
 CONFIG_COLUMNS: list[str] = list(ConfigRecord.__annotations__)
+HOLD_COLUMNS: list[str] = list(HoldRecord.__annotations__)

@@ -90,8 +90,9 @@ def busy(group):
 
 
 def _pace(path: Path, fraction: float, alive: Path,
-          period_us: int = pacer.DEFAULT_PERIOD_US) -> int:
-    pid = pacer.start([(str(path), fraction)], period_us, alive, alive.with_suffix(".log"))
+          period_us: int = pacer.DEFAULT_PERIOD_US, holds: Path | None = None) -> int:
+    pid = pacer.start([(str(path), fraction)], period_us, alive, alive.with_suffix(".log"),
+                      holds)
     _PACERS.append(pid)
     # started is not pacing: wait for its ready line, as lab up does (bursts measured
     # before it, while the pacer collected its heap, ran at full speed: in one full suite
@@ -191,16 +192,21 @@ def test_a_host_gets_its_share_while_other_work_runs_on_its_cpu(group):
 
 
 def test_the_pacer_continues_its_host_when_stopped_or_its_lab_is_gone(group, busy, tmp_path):
+    from app_api.lab.holds import read_holds
+
     alive = tmp_path / "alive"
     alive.write_text("")
     for end in ("sigterm", "lab gone"):
-        pid = _pace(group, 0.2, alive)  # stopped about 80% of the time it wants to run
+        holds = tmp_path / f"holds-{end}"
+        t0 = time.perf_counter()
+        pid = _pace(group, 0.2, alive, holds=holds)  # stopped ~80% of the time it wants to run
         seen = set()
         deadline = time.monotonic() + 5
         while not seen >= {"T", "R"} and time.monotonic() < deadline:
             seen.add(_state(busy))
             time.sleep(0.001)
         assert seen >= {"T", "R"}, seen  # paced: stopped, then running again
+        time.sleep(0.5)
         if end == "sigterm":
             assert stop_pid(pid, timeout=3.0)
         else:
@@ -213,6 +219,12 @@ def test_the_pacer_continues_its_host_when_stopped_or_its_lab_is_gone(group, bus
         for _ in range(20):
             assert _state(busy) != "T"
             time.sleep(0.005)
+        # every stop is on record, on the clock of the hosts' timers, the last one too
+        dirs, spans = read_holds(holds)
+        assert dirs == {0: str(group)} and len(spans) >= 20, (dirs, len(spans))
+        assert all(i == 0 and t0 < a < b < time.perf_counter() for i, a, b in spans)
+        held = sum(b - a for _, a, b in spans) / (spans[-1][2] - spans[0][1])
+        assert 0.6 < held < 0.9, held  # a busy 0.2 host is held ~80% of the time
 
 
 def _is_running(pid: int) -> bool:
@@ -277,11 +289,24 @@ def test_lab_up_in_duty_mode_paces_the_sessions_not_sshd_and_down_leaves_nothing
         burst = ("import time; c=time.thread_time(); w=time.perf_counter()\n"
                  "while time.thread_time()-c < 0.04: pass\n"
                  "print((time.perf_counter()-w)/(time.thread_time()-c))")
+        t0 = time.perf_counter() * 1e3
         for _ in range(3):
             r = subprocess.run([*argv, sys.executable, "-c", shlex.quote(burst)],
                                capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
             assert 3.2 < float(r.stdout) < 5.2, r.stdout
+        # a run on the lab reads the pacer's holds of its hosts over its span (holds.csv)
+        from app_api.runner.labfacts import lab_holds
+
+        time.sleep(0.5)  # written out every 0.25 s
+        rows = lab_holds(t0, time.perf_counter() * 1e3)
+        assert rows[0]["host"] is None and rows[0]["t_stop_ms"] <= t0  # the record's start
+        held = [r for r in rows[1:] if r["t_stop_ms"] >= t0]
+        assert len(held) >= 20 and {r["host"] for r in rows[1:]} == {"lab-1"}
+        # the sessions' 3 x 40 ms of CPU at 0.25 held the host 3 x 120 ms at least (each
+        # session's python start-up is paced too)
+        total = sum(r["t_cont_ms"] - r["t_stop_ms"] for r in held)
+        assert 300 < total < 3000, total
     finally:
         lab.down()
     assert not pacer.is_ours(pid, lab.state_path()) and pacer.find(lab.state_path()) == []

@@ -31,7 +31,8 @@ def test_the_parts_of_an_inference_add_up_and_only_one_clock_is_subtracted_at_a_
     row, stages = two_party(0)
     parts = from_stages(row["e2e_ms"], stages)
     assert parts == pytest.approx({"edge_ms": 10, "encode_ms": 2, "transfer_ms": 1 + 4 + 3,
-                                   "decode_ms": 1, "cloud_ms": 20, "queue_ms": 0.5})
+                                   "decode_ms": 1, "cloud_ms": 20, "queue_ms": 0.5,
+                                   "held_ms": 0.0})
     b = latency_budget([row], stages)
     assert b["source"] == "stages" and b["adds_up"] and b["worst_residual_pct"] < 1e-9
 
@@ -47,6 +48,45 @@ def test_time_no_timer_holds_is_the_residual_and_is_reported_as_the_worst():
     assert b["worst_inference"] == "2"
     assert b["worst_residual_pct"] == pytest.approx(100 * worst)
     assert worst > TOLERANCE and b["over_tolerance"] == 1 and not b["adds_up"]
+
+
+def test_the_part_of_a_hand_off_the_lab_pacer_held_its_host_is_held_not_residual():
+    """A 3 ms hand-off on the head (a 3-stage lab pipeline's worst residuals, 3-5% of e2e,
+    were such a hand-off) of which the pacer's record has the head's host stopped 2.7 ms:
+    2.7 ms is ``held_ms``. Holds in the compute, of another host, or before the record
+    begins are not."""
+    row, stages = two_party(0, gap=3.0)
+    end = 110.0  # the head's compute end; its hand-off runs to 113
+    holds = [{"instance": "", "host": "", "t_stop_ms": 50.0, "t_cont_ms": ""},
+             {"instance": "edge-1", "host": "lab-1", "t_stop_ms": 102.0, "t_cont_ms": 105.0},
+             {"instance": "edge-1", "host": "lab-1", "t_stop_ms": end + 0.2,
+              "t_cont_ms": end + 2.9},
+             {"instance": "cloud-1", "host": "lab-2", "t_stop_ms": end, "t_cont_ms": end + 3}]
+    b = latency_budget([row], stages, holds)
+    assert b["parts_ms_median"]["held_ms"] == pytest.approx(2.7)
+    assert b["worst_residual_pct"] == pytest.approx(100 * 0.3 / row["e2e_ms"])
+    assert b["adds_up"] and b["held"]["inferences_held"] == 1
+    assert latency_budget([row], stages)["worst_residual_pct"] == pytest.approx(
+        100 * 3.0 / row["e2e_ms"])  # without the record: all residual
+    late = [{**holds[0], "t_stop_ms": 111.0}, *holds[1:]]  # the record begins mid-hand-off
+    assert latency_budget([row], stages, late)["parts_ms_median"]["held_ms"] == 0.0
+
+
+def test_the_holds_file_rotates_and_both_files_are_read(tmp_path, monkeypatch):
+    from app_api.lab import holds as holds_mod
+
+    monkeypatch.setattr(holds_mod, "HOLDS_MAX_BYTES", 400)
+    path = tmp_path / "holds"
+    log = holds_mod.HoldLog(path, ["/sys/fs/cgroup/cpu/a", "/sys/fs/cgroup/cpu/b"])
+    for k in range(30):
+        log.add(k % 2, 1000.0 + k, 1000.5 + k)
+        if k % 5 == 4:
+            log.flush()
+    dirs, spans = holds_mod.read_holds(path)
+    assert path.with_name("holds.1").exists()
+    assert dirs == {0: "/sys/fs/cgroup/cpu/a", 1: "/sys/fs/cgroup/cpu/b"}
+    assert spans[-1] == (1, 1029.0, 1029.5) and spans == sorted(spans, key=lambda s: s[1])
+    assert 10 <= len(spans) < 30  # the oldest went with the first rotation
 
 
 def test_in_throughput_mode_waiting_for_the_send_thread_is_queue_wait():
