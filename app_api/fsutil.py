@@ -279,3 +279,16 @@ def safe_dir(path: str | os.PathLike, *, owners: tuple[int, ...] = (0,)) -> bool
         return False
     writable_by_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     return stat.S_ISDIR(st.st_mode) and st.st_uid in owners and not writable_by_others
+
+
+def atomic_csv(path: str | os.PathLike, columns: list[str], rows) -> Path:
+    """Write ``rows`` (mappings) as a CSV of ``columns`` (other keys ignored), atomically."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(Path(path), buf.getvalue())
+    return Path(path)

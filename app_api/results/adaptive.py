@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from app_api.fsutil import atomic_write
+from app_api.fsutil import atomic_csv
 from app_api.results.hindsight import TraceClock, score
 
 log = logging.getLogger(__name__)
@@ -36,32 +36,14 @@ def adaptive_decision(summary: Mapping) -> tuple[str, dict] | None:
 
 def write_log(run_dir: Path, rows: Sequence[Mapping]) -> Path:
     """Write ``adaptive.csv`` (atomically) from the decision's log rows."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, LOG_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    path = Path(run_dir) / ADAPTIVE_FILE
-    atomic_write(path, buf.getvalue())
-    return path
+    return atomic_csv(Path(run_dir) / ADAPTIVE_FILE, LOG_COLUMNS, rows)
 
 
 def write_link_csv(run_dir: Path, entries: Sequence[Mapping]) -> Path:
     """Write ``link.csv`` (atomically): the lab links' timeline over the run, one column per
     key the entries have (``t``, ``link``, ``dir``, ``rate_Bps``, ... ``trace_t0``)."""
-    import csv
-    import io
-
     cols = list(dict.fromkeys(k for e in entries for k in e))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, cols, lineterminator="\n")
-    w.writeheader()
-    w.writerows(entries)
-    path = Path(run_dir) / "link.csv"
-    atomic_write(path, buf.getvalue())
-    return path
+    return atomic_csv(Path(run_dir) / "link.csv", cols, entries)
 
 
 class LinkTimeline:

@@ -35,12 +35,11 @@ construction, and ``source`` says ``columns``.
 from __future__ import annotations
 
 import csv
-import io
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from app_api.fsutil import atomic_write
+from app_api.fsutil import atomic_csv
 from app_api.results.store import STAGES_FILE, complete_rows
 from experiment_design.protocol import HOLD_COLUMNS
 
@@ -203,13 +202,7 @@ def run_budget(run_dir, rows: list[Mapping]) -> dict | None:
 
 def write_holds_csv(run_dir, rows: Iterable[Mapping]) -> Path:
     """Write ``holds.csv`` (atomically; :data:`HOLD_COLUMNS`)."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, HOLD_COLUMNS, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
-    path = Path(run_dir) / HOLDS_FILE
-    atomic_write(path, buf.getvalue())
-    return path
+    return atomic_csv(Path(run_dir) / HOLDS_FILE, HOLD_COLUMNS, rows)
 
 
 def read_holds_csv(path) -> list[dict]:
