@@ -1,8 +1,11 @@
 # tracr: `make run` sets up .venv and runs the default experiment; `make test` runs the fast
 # tests (unit and localhost: no SSH, no lab, none over about 10 s); `make test-all` runs every test (CI runs it).
+# Tests run in TEST_JOBS processes (pytest-xdist), except the lab's: a lab host's CPU share and
+# its link are what those tests measure, so they run one at a time, after the others.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+TEST_JOBS ?= 2
 STAMP  := $(VENV)/.tracr-installed
 
 .PHONY: run test test-all docs lint bench llm clean
@@ -17,10 +20,11 @@ run: $(STAMP)
 	$(VENV)/bin/tracr experiment run alexnet-sweep
 
 test: $(STAMP)
-	$(PY) -m pytest tests -m "not ssh and not lab and not slow"
+	$(PY) -m pytest tests -n $(TEST_JOBS) -m "not ssh and not lab and not slow"
 
 test-all: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(TEST_JOBS) -m "not lab"
+	$(PY) -m pytest tests -m lab
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

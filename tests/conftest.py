@@ -23,7 +23,7 @@ def _sshd_path() -> str | None:
 def _netns_ok() -> bool:
     if sys.platform != "linux" or os.geteuid() != 0 or not shutil.which("ip"):
         return False
-    probe = "tracr-probe-ns"
+    probe = f"tracr-probe-ns-{os.getpid()}"  # test processes may probe at once
     ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
     if ok:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)

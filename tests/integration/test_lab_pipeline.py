@@ -72,6 +72,12 @@ def test_pipeline_dp_predicts_the_throughput_it_gets(lab3, cfg):
     assert {c["bandwidth"] for c in read_configs(res.run_dir)} == {"32MB/s"}
 
 
+# Two runs whose every start-up step waits on the 0.1-core host (its `import torch`, its
+# profile, pipeline-dp's probes): 95% of the test is that, 10 s the inferences. It took
+# 235 s on a quiet machine, 354 s when the machine ran MobileNetV2 20% slower (30.9 against
+# 25.5 ms a pass), and over the suite's 600 s once in a slower hour (one run's start-up
+# alone 261 s against 101 s): the time scales with the machine, the assertions do not.
+@pytest.mark.timeout(1500)
 @pytest.mark.parametrize("lab3", [(0.6, 0.1, 0.6)], indirect=True)
 def test_a_much_slower_host_gets_little_and_the_plan_beats_memory_shares(lab3, cfg):
     import json
