@@ -90,8 +90,11 @@ class Lifecycle:
             last = max(last, self.service.last_call)
         return time.monotonic() - last
 
-    def exit(self, reason: str) -> None:
-        """Stop serving, clean up, and end the process (from any thread)."""
+    def exit(self, reason: str, warn: bool = False) -> None:
+        """Stop serving, clean up, and end the process (from any thread). ``warn``: an end
+        the observer did not ask for, said on stderr (the observer prints a participant's
+        stderr; its log buffer goes with the process, and the observer, whose calls now
+        fail with a closed connection, could not tell why)."""
         if not self._once.acquire(blocking=False):
             # Another thread is already exiting. Returning from the main thread would start
             # a normal interpreter shutdown (a second or more with torch loaded) that races
@@ -100,7 +103,7 @@ class Lifecycle:
                 time.sleep(10.0)
                 os._exit(0)
             return
-        log.info("participant exiting: %s", reason)
+        log.log(logging.WARNING if warn else logging.INFO, "participant exiting: %s", reason)
         try:
             if self.service is not None:
                 self.service.close()
@@ -223,7 +226,7 @@ def _watch_idle(life: Lifecycle, idle_s: float) -> None:
             # this long one; one that sends heartbeats is lost when they stop, busy or not
             continue
         if life.quiet_for() > idle_s:
-            life.exit(f"no heartbeat or call from the observer for {idle_s:.0f} s")
+            life.exit(f"no heartbeat or call from the observer for {idle_s:.0f} s", warn=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ def test_idle_timeout_exits_and_removes_workdir(startup_delay):
         [sys.executable, "-m", "experiment_design.participant", "--role", "cloud",
          "--workdir", work, "--cleanup-workdir", "--idle-timeout", "2",
          "--startup-delay", str(startup_delay)],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         proc.stdin.write(secret.hex().encode() + b"\n")
         proc.stdin.flush()
@@ -51,11 +51,16 @@ def test_idle_timeout_exits_and_removes_workdir(startup_delay):
         assert wait_exit(proc) == 0
         assert time.monotonic() - t0 < 15
         assert not os.path.exists(work)
+        # and says why where the observer reads it (a run showed only "connection closed
+        # by peer" for a participant that ended itself)
+        err = proc.stderr.read().decode()
+        assert "participant exiting: no heartbeat or call from the observer for 2 s" in err, err
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.stdin.close()
         proc.stdout.close()
+        proc.stderr.close()
 
 
 @pytest.mark.parametrize("how", ["stdin", "connection"])
