@@ -20,6 +20,10 @@ a window's peak is the largest RSS sampled in it (``"sampled VmRSS"``).
 At set-up and at the end of every task the participant times a short reference
 workload (:func:`reference_ms`, off the timed path): the same work at the start and
 the end of a run, so a reader sees whether the machine itself sped up or slowed down.
+On a CPU it is timed by the process's CPU clock: a CPU quota or the lab's pacer stops
+a host for whole ticks, and a product of 0.3 ms either met a stop or did not, so the
+wall-time median of a host paced at 0.25 core moved from 0.27 to 1.86 ms within one
+run (a "machine drift" of 577% that was the pacer's phase, not the machine).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 from experiment_design.energy import DEFAULT_COLLECTORS, EnergyCollector, Probe, create_energy
 from experiment_design.protocol import MetricSample, SamplerFacts
 from experiment_design.runtime import procstat
+from experiment_design.runtime.clocks import clocks
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +80,31 @@ def _lower_priority() -> int | None:
         return None
 
 
-def reference_ms(threads: int | None = None) -> float:
-    """Median ms of one fixed piece of work (a 256x256 float32 matrix product on the CPU,
-    on ``threads`` torch threads): the machine's own speed, comparable across a run."""
+def reference_times(threads: int | None = None) -> tuple[float, float]:
+    """``(CPU ms, wall ms)``: the medians of one fixed piece of work (a 256x256 float32
+    matrix product on the CPU, on ``threads`` torch threads) by the process's CPU clock
+    and by the wall clock. The CPU time is the machine's own speed, comparable across a
+    run whatever share of a CPU a quota or the lab's pacer gives this host."""
     import torch
 
     if threads:  # the calling thread's own setting: a task thread may not have inherited it
         torch.set_num_threads(threads)
     a = torch.ones(REFERENCE_N, REFERENCE_N)
-    times = []
+    cpu, wall = [], []
     with torch.no_grad():
         torch.mm(a, a)
         for _ in range(REFERENCE_REPEATS):
-            t0 = time.perf_counter_ns()
+            t0, c0 = clocks()
             torch.mm(a, a)
-            times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times)
+            t1, c1 = clocks()
+            wall.append((t1 - t0) / 1e6)
+            cpu.append((c1 - c0) / 1e6)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def reference_ms(threads: int | None = None) -> float:
+    """Median CPU ms of the reference work (:func:`reference_times`)."""
+    return reference_times(threads)[0]
 
 
 class Sampler:
@@ -239,11 +253,12 @@ class Sampler:
         paused = self._running.is_set()
         self.pause()  # the sampler's own wake-ups must not disturb the reference either
         try:
-            ms = reference_ms(self.threads)
+            ms, wall_ms = reference_times(self.threads)
         finally:
             if paused:
                 self.resume()
-        ref = {"at": at, "t_unix": time.time(), "ms": ms, "threads": self.threads}
+        ref = {"at": at, "t_unix": time.time(), "ms": ms, "wall_ms": wall_ms,
+               "threads": self.threads}
         with self._lock:
             self.references.append(ref)
             self._changed = True
@@ -273,7 +288,8 @@ class Sampler:
             "sampler_nice": self.nice,
             "energy": self.probes,
             "reference": {"work": f"{REFERENCE_N}x{REFERENCE_N} float32 matrix product, "
-                                  f"median of {REFERENCE_REPEATS}", "runs": refs},
+                                  f"median of {REFERENCE_REPEATS}",
+                          "clock": "process CPU time (ms); wall_ms beside it", "runs": refs},
             "dropped": self.dropped,
         }
 
