@@ -224,6 +224,15 @@ def measure_shares(where: list[tuple[Path, str | None]], seconds: float = 1.0) -
     return shares
 
 
+#: appended to every :func:`run_pinned` child: once its work has printed, it ends at once.
+#: Its interpreter's exit (torch's C++ destructors, malloc consolidating a large heap) is
+#: no part of the measurement, and on a host paced at 0.25 core one benchmark worker spent
+#: minutes and over 90 s of CPU time in it (`tracr bench preempt` in the full suite: 8.5
+#: minutes for a test that takes 1), while the parent waited for the end of its stdout.
+_EXIT_AT_ONCE = ("\nimport os as _os, sys as _sys\n"
+                 "_sys.stdout.flush()\n_sys.stderr.flush()\n_os._exit(0)\n")
+
+
 def run_pinned(code: str, args: list[str], cpu: int, cgroup_dir: Path | None = None,
                timeout: float = 600.0, what: str = "worker",
                place=lambda pid: None) -> str:
@@ -235,7 +244,8 @@ def run_pinned(code: str, args: list[str], cpu: int, cgroup_dir: Path | None = N
     of a core: four times as long). Returns the rest of its stdout; a failure raises with
     the end of its stderr."""
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", code + _EXIT_AT_ONCE, *args],
+                            stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         if not select.select([proc.stdout], [], [], timeout)[0] or not proc.stdout.readline():

@@ -80,3 +80,17 @@ def test_a_worker_that_dies_in_its_set_up_is_named_with_its_error():
 
     with pytest.raises(TracrError, match="(?s)did not set itself up: .*ZeroDivisionError"):
         cgroup.run_pinned("1 / 0", [], 0, what="worker")
+
+
+def test_a_worker_is_not_waited_for_once_its_work_has_printed():
+    """A worker's interpreter exit is no part of what it measures: one that would take 30 s
+    to exit (an atexit handler here; torch's destructors on a paced host in the full suite,
+    minutes) hands back its output at once."""
+    import time
+
+    code = ("import atexit, sys, time\natexit.register(time.sleep, 30)\n"
+            "print('ready', flush=True)\nsys.stdin.readline()\nprint('done')")
+    t0 = time.monotonic()
+    out = cgroup.run_pinned(code, [], max(os.sched_getaffinity(0)))
+    assert out.strip() == "done"
+    assert time.monotonic() - t0 < 20
