@@ -18,7 +18,7 @@ peak over its interval and no spike between two reads is missed (``peak_method``
 a window's peak is the largest RSS sampled in it (``"sampled VmRSS"``).
 
 At set-up and at the end of every task the participant times a short reference
-workload (:func:`reference_ms`, off the timed path): the same work at the start and
+workload (:func:`reference_times`, off the timed path): the same work at the start and
 the end of a run, so a reader sees whether the machine itself sped up or slowed down.
 On a CPU it is timed by the process's CPU clock: a CPU quota or the lab's pacer stops
 a host for whole ticks, and a product of 0.3 ms either met a stop or did not, so the
@@ -100,11 +100,6 @@ def reference_times(threads: int | None = None) -> tuple[float, float]:
             wall.append((t1 - t0) / 1e6)
             cpu.append((c1 - c0) / 1e6)
     return statistics.median(cpu), statistics.median(wall)
-
-
-def reference_ms(threads: int | None = None) -> float:
-    """Median CPU ms of the reference work (:func:`reference_times`)."""
-    return reference_times(threads)[0]
 
 
 class Sampler:
