@@ -214,8 +214,20 @@ def _watch_stdin(life: Lifecycle) -> None:
 
 
 def _watch_idle(life: Lifecycle, idle_s: float) -> None:
+    """End the participant when the observer has been silent for ``idle_s``. The silence
+    is judged only after a sleep that ended on time: a watch that woke late was held (the
+    interpreter lock kept by a call into C, or no CPU for the process), and so was the
+    thread that reads the observer's heartbeats, whose lines wait unread in the pipe.
+    Judged at once, the observer's heartbeats of the whole hold were counted as silence:
+    a participant on a lab host held to 0.1 core, importing torch with the lock held for
+    38 s, ended itself with "no heartbeat ... for 30 s" while the observer beat every 2 s.
+    """
+    period = min(1.0, idle_s / 4)
     while True:
-        time.sleep(min(1.0, idle_s / 4))
+        t0 = time.monotonic()
+        time.sleep(period)
+        if time.monotonic() - t0 > 2 * period:
+            continue  # held: the heartbeat reader gets its turn in the next sleep
         service = life.service
         if service is None and not life.beats:
             # still starting, for an observer that drives us by calls only: its idle

@@ -186,3 +186,64 @@ def test_the_heartbeat_helper_falls_silent_with_a_stopped_participant_and_dies_w
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+_HOLDER = """
+import ctypes, time
+for _ in range(4):  # the interpreter lock held 4 x 1.5 s (a slow host's import of torch)
+    ctypes.PyDLL(None).usleep(1_500_000)
+    time.sleep(0.002)
+"""
+
+
+def test_a_held_interpreter_does_not_take_the_observers_heartbeats_for_silence(tmp_path):
+    """A participant whose interpreter lock is held longer than its idle limit (here a
+    plugin's import; on a lab host held to 0.1 core, importing torch held it 38 s) while
+    the observer beats on stdin: the beats wait unread in the pipe, and the idle watch must
+    not judge the silence before the reader has had its turn. Fails on the code before: it
+    ended itself with "no heartbeat or call from the observer for 1 s" before it was ready
+    (as a participant on CI did, under the 30 s limit)."""
+    import threading
+
+    (tmp_path / "tracr_test_holder.py").write_text(_HOLDER)
+    secret = os.urandom(32)
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiment_design.participant", "--role", "cloud",
+         "--idle-timeout", "1", "--plugins", "tracr_test_holder"],
+        cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    stop = threading.Event()
+
+    def beat() -> None:  # the observer's heartbeat, every 0.1 s
+        try:
+            while not stop.wait(0.1):
+                proc.stdin.write(b"\n")
+                proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    try:
+        proc.stdin.write(secret.hex().encode() + b"\n")
+        proc.stdin.flush()
+        threading.Thread(target=beat, daemon=True).start()
+        line = proc.stdout.readline().decode()
+        while line.strip() == ALIVE_LINE:
+            line = proc.stdout.readline().decode()
+        assert line.startswith("TRACR-READY "), (line, proc.stderr.read().decode()
+                                                  if proc.poll() is not None else "")
+        ready = json.loads(line.split(" ", 1)[1])
+        conn = connect_control("127.0.0.1", ready["port"], secret)
+        assert json.loads(conn.root.hello())["role"] == "cloud"
+        time.sleep(2.5)  # beating on: it stays, past its idle limit
+        assert proc.poll() is None
+        stop.set()  # the observer falls silent, its stdin open: the watch ends it
+        assert wait_exit(proc) == 0
+        err = proc.stderr.read().decode()
+        assert err.count("participant exiting: no heartbeat or call from the observer") == 1
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            f.close()
