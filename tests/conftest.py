@@ -65,3 +65,68 @@ def pytest_unconfigure(config):
     cfg = getattr(config, "_tracr_config_dir", None)
     if cfg is not None:
         shutil.rmtree(cfg, ignore_errors=True)
+
+
+# What else ran on the machine when a lab test failed. A lab test measures CPU shares and
+# links, so a process left by earlier tests (or another job) that takes a CPU is enough to
+# fail it; each failure gets a line naming the load and the busiest processes, printed in
+# the failure and again at the end of the session (where a CI log's tail shows it).
+_MACHINE_NOTES: list[str] = []
+
+
+def machine_note(sample_s: float = 1.0) -> str:
+    """The load average and the processes that used the most CPU over ``sample_s``
+    (its command line's start, pid, share of a core, and whether it was there before this
+    test session began)."""
+    import time
+
+    import psutil
+
+    before = getattr(machine_note, "before", set())
+    procs = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            p.cpu_percent(None)
+            procs.append(p)
+        except psutil.Error:
+            pass
+    time.sleep(sample_s)
+    busy = []
+    for p in procs:
+        try:
+            pct = p.cpu_percent(None)
+        except psutil.Error:
+            continue
+        if pct >= 5.0 and p.pid != os.getpid():
+            what = " ".join(" ".join(p.info["cmdline"] or [p.info["name"] or "?"]).split())[:70]
+            old = " (before the session)" if p.pid in before else ""
+            busy.append((pct, f"{pct:.0f}% pid {p.pid}{old}: {what}"))
+    busy.sort(reverse=True)
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    return f"load {load}; busiest: {'; '.join(b for _, b in busy[:5]) or 'none over 5%'}"
+
+
+def pytest_sessionstart(session):
+    import psutil
+
+    machine_note.before = set(psutil.pids())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "lab" in item.keywords:
+        try:
+            note = machine_note()
+        except Exception as exc:  # the note is a diagnosis, never a second failure
+            note = f"(machine note failed: {exc})"
+        report.sections.append(("machine when it failed", note))
+        _MACHINE_NOTES.append(f"{item.name} ({report.when}): {note}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _MACHINE_NOTES:
+        terminalreporter.section("machine when lab tests failed")
+        for line in _MACHINE_NOTES:
+            terminalreporter.write_line(line)
