@@ -72,6 +72,7 @@ def pytest_unconfigure(config):
 # fail it; each failure gets a line naming the load and the busiest processes, printed in
 # the failure and again at the end of the session (where a CI log's tail shows it).
 _MACHINE_NOTES: list[str] = []
+_PIDS_AT_START: set[int] = set()  # the processes there when the session began
 
 
 def machine_note(sample_s: float = 1.0) -> str:
@@ -82,7 +83,6 @@ def machine_note(sample_s: float = 1.0) -> str:
 
     import psutil
 
-    before = getattr(machine_note, "before", set())
     procs = []
     for p in psutil.process_iter(["pid", "name", "cmdline"]):
         try:
@@ -99,7 +99,7 @@ def machine_note(sample_s: float = 1.0) -> str:
             continue
         if pct >= 5.0 and p.pid != os.getpid():
             what = " ".join(" ".join(p.info["cmdline"] or [p.info["name"] or "?"]).split())[:70]
-            old = " (before the session)" if p.pid in before else ""
+            old = " (before the session)" if p.pid in _PIDS_AT_START else ""
             busy.append((pct, f"{pct:.0f}% pid {p.pid}{old}: {what}"))
     busy.sort(reverse=True)
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -109,7 +109,7 @@ def machine_note(sample_s: float = 1.0) -> str:
 def pytest_sessionstart(session):
     import psutil
 
-    machine_note.before = set(psutil.pids())
+    _PIDS_AT_START.update(psutil.pids())
 
 
 @pytest.hookimpl(hookwrapper=True)
