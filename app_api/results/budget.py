@@ -26,7 +26,12 @@ to their share (``--cpu-mode duty``), the pacer's own record of each stop of a h
 (``holds.csv``, :data:`HOLDS_FILE`) is a measured part too: ``held_ms``, the part of each
 sender's hand-off that its host spent stopped. The stops are the emulated device's
 slowness, but they come in ticks (about 3 ms at 0.6 core and a 2 ms tick), and a hand-off
-of 0.1-0.4 ms that met one is no longer time that no timer explains. Without ``stages.csv`` (a run recorded
+of 0.1-0.4 ms that met one is no longer time that no timer explains. So is the part of a
+hand-off its thread spent ready to run and waiting for a CPU: ``cpu_wait_ms``, the thread's
+run-queue wait between the end of its compute and its send, as the kernel's scheduler
+counts it (``/proc/thread-self/schedstat``), measured by the stage in latency mode (in
+throughput mode the hand-off is already a queue wait); a host continued by the pacer, or
+one that shares its CPU with another, waits there. Without ``stages.csv`` (a run recorded
 before it was written for two-party sweeps) the ``inferences.csv`` columns are summed; the
 edge role writes ``transfer_ms`` as what is left of e2e, so that sum closes by
 construction, and ``source`` says ``columns``.
@@ -47,7 +52,7 @@ from experiment_design.protocol import HOLD_COLUMNS
 TOLERANCE = 0.02
 
 PARTS = ("edge_ms", "encode_ms", "transfer_ms", "decode_ms", "cloud_ms", "queue_ms",
-         "held_ms")
+         "held_ms", "cpu_wait_ms")
 
 #: the lab pacer's holds of the run's hosts (:class:`experiment_design.protocol.HoldRecord`)
 HOLDS_FILE = "holds.csv"
@@ -119,19 +124,28 @@ def from_stages(e2e_ms: float, stages: list[Mapping], holds: Holds | None = None
         handoff = _f(s["t_sent_ms"]) - send - enc - _f(s["t_end_ms"])
         if piped:  # waiting for the stage's send thread
             parts["queue_ms"] += handoff
-        elif holds is not None:
-            end = _f(s["t_end_ms"])
-            parts["held_ms"] += holds.held(str(s.get("instance")), end, end + handoff) or 0.0
+        else:
+            held = 0.0
+            if holds is not None:
+                end = _f(s["t_end_ms"])
+                held = holds.held(str(s.get("instance")), end, end + handoff) or 0.0
+                parts["held_ms"] += held
+            # the thread's own wait for a CPU in the hand-off (never the stop's time again:
+            # a stopped thread is off the run queue, but the two clocks' edges may touch)
+            wait = _f(s.get("cpu_wait_ms"))
+            if wait is not None:
+                parts["cpu_wait_ms"] += max(0.0, min(wait, handoff - held))
     parts["transfer_ms"] = transfer
     return parts
 
 
 def from_columns(row: Mapping) -> dict | None:
     """One inference's parts (ms) from its ``inferences.csv`` columns, or None."""
-    vals = {k: _f(row.get(k)) for k in PARTS if k not in ("queue_ms", "held_ms")}
+    measured = ("queue_ms", "held_ms", "cpu_wait_ms")  # from stages.csv and holds.csv only
+    vals = {k: _f(row.get(k)) for k in PARTS if k not in measured}
     if any(v is None for v in vals.values()):
         return None
-    return {**vals, "queue_ms": 0.0, "held_ms": 0.0}
+    return {**vals, **dict.fromkeys(measured, 0.0)}
 
 
 def latency_budget(rows: Iterable[Mapping], stages: Iterable[Mapping] = (),
@@ -182,11 +196,18 @@ def latency_budget(rows: Iterable[Mapping], stages: Iterable[Mapping] = (),
             "source": "the lab's CPU pacer (holds.csv)",
             "inferences_held": sum(1 for c in checked if c[2]["held_ms"] > 0),
             "held_ms_max": max(c[2]["held_ms"] for c in checked)},
+        "cpu_wait": {
+            "source": "each sender thread's run-queue wait (/proc/thread-self/schedstat)",
+            "inferences_waited": sum(1 for c in checked if c[2]["cpu_wait_ms"] > 0),
+            "cpu_wait_ms_max": max(c[2]["cpu_wait_ms"] for c in checked)},
         "method": "residual = e2e - (edge compute + encode + transfer + decode + later "
-                  "stages' compute + queue wait + held), per inference, as a share of e2e; "
+                  "stages' compute + queue wait + held + CPU wait), per inference, as a "
+                  "share of e2e; "
                   "stages: each part from the stage that timed it, one clock per "
                   "difference; held: the part of a sender's hand-off (compute end to "
-                  "encode start) its lab host spent stopped by the lab's CPU pacer; "
+                  "encode start) its lab host spent stopped by the lab's CPU pacer; CPU wait: "
+                  "the part of that hand-off its thread was ready to run and waited for a "
+                  "CPU (latency mode; the kernel's schedstat); "
                   "columns: the inferences.csv columns, whose transfer is e2e minus the "
                   "rest (closes by construction)",
     }

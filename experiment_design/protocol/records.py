@@ -121,6 +121,8 @@ class StageRecord(TypedDict, total=False):
     t_start_ms: float
     t_end_ms: float
     t_sent_ms: float
+    cpu_wait_ms: float  # latency mode: the hand-off's run-queue wait (empty: not kept)
+    handoff_cpu_ms: float  # latency mode: the CPU time the hand-off's thread ran
     error: str
 
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from experiment_design.errors import TracrError
 from experiment_design.runtime.chain_server import ChainServer
-from experiment_design.runtime.clocks import clocks
+from experiment_design.runtime.clocks import clocks, handoff_mark, handoff_wait
 from experiment_design.runtime.handoff import POLL_S, get_unless_stopped, put_unless_stopped
 from experiment_design.runtime.route import Route, run_range
 
@@ -101,6 +101,7 @@ class ChainHead:
             out, layers = run_range(sm, 0, b, {sm.points[0].crossing[0]: x}, timed=True,
                                     last=route.k == 1)
             rec["t_end"], c1 = clocks()
+        rec["wait0"] = handoff_mark()
         rec.update(compute_ms=(rec["t_end"] - rec["t_start"]) / 1e6, cpu_ms=(c1 - c0) / 1e6,
                    layers=[[int(i), float(ms)] for i, ms in layers])
         c.outputs = out  # crossing tensors, or the output when the head runs everything
@@ -115,7 +116,9 @@ class ChainHead:
 
     def _send(self, c: Completed, pipe: bool) -> None:
         down = self.owner.downstream[c.route.route[1]]
-        sent = down.send(self._header(c, pipe), c.outputs, codec=c.codec)
+        header = self._header(c, pipe)
+        handoff_wait(c.record, same_thread=not pipe)
+        sent = down.send(header, c.outputs, codec=c.codec)
         c.record.update(t_sent=time.perf_counter_ns(), encode_ms=sent.encode_ms, send_ms=sent.send_ms,
                         bytes_raw=sent.raw_bytes, bytes_encoded=sent.encoded_bytes,
                         n_crossing=len(c.outputs))

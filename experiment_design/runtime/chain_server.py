@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from experiment_design.runtime.clocks import clocks
+from experiment_design.runtime.clocks import clocks, handoff_mark, handoff_wait
 from experiment_design.runtime.handoff import get_unless_stopped, put_unless_stopped
 from experiment_design.runtime.route import Route, run_range
 
@@ -133,6 +133,7 @@ class ChainServer:
                 out, layers = run_range(sm, a, b, tensors, timed=True,
                                         last=rec["hop"] == route.k - 1)
                 rec["t_end"], c1 = clocks()
+            rec["wait0"] = handoff_mark()
             rec["compute_ms"] = (rec["t_end"] - rec["t_start"]) / 1e6
             rec["cpu_ms"] = (c1 - c0) / 1e6
             rec["layers"] = [[int(i), float(ms)] for i, ms in layers]
@@ -188,6 +189,9 @@ class ChainServer:
             raise
 
     def _send(self, ch: Any, header: dict, tensors: dict, rec: dict) -> None:
+        # latency mode computes and sends on the frame's own thread; throughput mode's
+        # send thread is another, and its wait for that thread is the budget's queue
+        handoff_wait(rec, same_thread=not header.get("pipe"))
         sent = ch.send(header, tensors)
         rec.update(t_sent=time.perf_counter_ns(), encode_ms=sent.encode_ms, send_ms=sent.send_ms,
                    bytes_raw=sent.raw_bytes, bytes_encoded=sent.encoded_bytes)

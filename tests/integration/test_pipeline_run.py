@@ -52,6 +52,11 @@ def test_every_cut_pair_of_a_three_stage_chain_gives_the_unsplit_output(tmp_path
     assert {r["hop"] for r in stages} == {"0", "1", "2"}
     for r in (r for r in stages if r["hop"] == "1"):
         assert int(r["first"]) <= int(r["last"]) + 1
+    # each sender's hand-off (latency mode: compute and send on one thread) carries its
+    # thread's run-queue wait as the kernel counts it, for the latency budget
+    senders = [r for r in stages if r["hop"] in ("0", "1")]
+    assert senders and all(float(r["cpu_wait_ms"]) >= 0 for r in senders)
+    assert "cpu_wait_ms" in res.summary["latency_budget"]["parts_ms_median"]
     # each layer row names the stage that ran it (before: the head, edge-1, for all of them)
     names = {"edge": "edge-1", "stage1": "stage-1", "cloud": "cloud-1"}
     layers = read_csv(res.run_dir / "layers.csv")
@@ -95,6 +100,8 @@ def test_throughput_mode_keeps_several_inferences_in_flight(tmp_path):
     for key in ("throughput_over_bound", "pipelined_over_sequential", "pipelined_over_single"):
         assert s["pipeline"]["ratios"][key] is not None
     rows = [r for r in read_csv(res.run_dir / "stages.csv") if r["mode"] == "throughput"]
+    # there the send thread is another than the compute's: its wait is queue, not CPU wait
+    assert rows and all(r["cpu_wait_ms"] == "" for r in rows)
     # some inference started on the head before the one before it had left the last stage
     by_inf: dict[str, dict[str, dict]] = {}
     for r in rows:

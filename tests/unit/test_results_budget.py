@@ -32,7 +32,7 @@ def test_the_parts_of_an_inference_add_up_and_only_one_clock_is_subtracted_at_a_
     parts = from_stages(row["e2e_ms"], stages)
     assert parts == pytest.approx({"edge_ms": 10, "encode_ms": 2, "transfer_ms": 1 + 4 + 3,
                                    "decode_ms": 1, "cloud_ms": 20, "queue_ms": 0.5,
-                                   "held_ms": 0.0})
+                                   "held_ms": 0.0, "cpu_wait_ms": 0.0})
     b = latency_budget([row], stages)
     assert b["source"] == "stages" and b["adds_up"] and b["worst_residual_pct"] < 1e-9
 
@@ -70,6 +70,30 @@ def test_the_part_of_a_hand_off_the_lab_pacer_held_its_host_is_held_not_residual
         100 * 3.0 / row["e2e_ms"])  # without the record: all residual
     late = [{**holds[0], "t_stop_ms": 111.0}, *holds[1:]]  # the record begins mid-hand-off
     assert latency_budget([row], stages, late)["parts_ms_median"]["held_ms"] == 0.0
+
+
+def test_the_part_of_a_hand_off_its_thread_waited_for_a_cpu_is_cpu_wait_not_residual():
+    """A 3 ms hand-off on the head whose thread the kernel counts 1.9 ms on the run queue
+    (a host continued by the pacer, or sharing its CPU, waits there): 1.9 ms is
+    ``cpu_wait_ms``. Beside a pacer's hold of 2 ms in the same hand-off it is capped at what
+    the hold leaves (a stopped thread is off the run queue); a row without the figure (a
+    run recorded before it was, a kernel without schedstat) leaves the residual as it was."""
+    row, (head, cloud) = two_party(0, gap=3.0)
+    b = latency_budget([row], [{**head, "cpu_wait_ms": 1.9}, cloud])
+    assert b["parts_ms_median"]["cpu_wait_ms"] == pytest.approx(1.9)
+    assert b["worst_residual_pct"] == pytest.approx(100 * 1.1 / row["e2e_ms"])
+    assert b["cpu_wait"]["inferences_waited"] == 1
+    holds = [{"instance": "", "host": "", "t_stop_ms": 50.0, "t_cont_ms": ""},
+             {"instance": "edge-1", "host": "lab-1", "t_stop_ms": 110.5, "t_cont_ms": 112.5}]
+    b = latency_budget([row], [{**head, "cpu_wait_ms": 1.9}, cloud], holds)
+    assert b["parts_ms_median"]["held_ms"] == pytest.approx(2.0)
+    assert b["parts_ms_median"]["cpu_wait_ms"] == pytest.approx(1.0)
+    assert b["worst_residual_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert latency_budget([row], [{**head, "cpu_wait_ms": ""}, cloud])[
+        "worst_residual_pct"] == pytest.approx(100 * 3.0 / row["e2e_ms"])
+    piped, (ph, pc) = two_party(1, gap=3.0, mode="throughput")  # there: the send thread's
+    parts = from_stages(piped["e2e_ms"], [{**ph, "cpu_wait_ms": 1.9}, pc])
+    assert parts["cpu_wait_ms"] == 0.0 and parts["queue_ms"] == pytest.approx(3.5)
 
 
 def test_the_holds_file_rotates_and_both_files_are_read(tmp_path, monkeypatch):
