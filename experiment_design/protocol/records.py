@@ -123,6 +123,7 @@ class StageRecord(TypedDict, total=False):
     t_sent_ms: float
     cpu_wait_ms: float  # latency mode: the hand-off's run-queue wait (empty: not kept)
     handoff_cpu_ms: float  # latency mode: the CPU time the hand-off's thread ran
+    handoff_others_cpu_ms: float  # ... and the process's other threads meanwhile
     error: str
 
 

@@ -68,23 +68,27 @@ def cpu_wait_ns() -> int | None:
 _MISSING: list[bool] = []
 
 
-def handoff_mark() -> tuple[int | None, int]:
-    """At a compute's end: the thread's run-queue wait and its own CPU clock (ns), for
-    :func:`handoff_wait` to read the hand-off by."""
-    return cpu_wait_ns(), time.thread_time_ns()
+def handoff_mark() -> tuple[int | None, int, int]:
+    """At a compute's end: the thread's run-queue wait, its own CPU clock and its
+    process's (ns), for :func:`handoff_wait` to read the hand-off by."""
+    return cpu_wait_ns(), time.thread_time_ns(), time.process_time_ns()
 
 
 def handoff_wait(rec: dict, same_thread: bool) -> None:
     """Just before a stage's send, what its hand-off (from the compute's end, marked by
     :func:`handoff_mark` in ``rec["wait0"]``) spent, when the send runs on the compute's
     thread: ``rec["cpu_wait_ms"]``, the thread's run-queue wait (where the kernel keeps the
-    figure), and ``rec["handoff_cpu_ms"]``, the CPU time the thread itself ran. The rest of
+    figure), ``rec["handoff_cpu_ms"]``, the CPU time the thread itself ran, and
+    ``rec["handoff_others_cpu_ms"]``, what the process's other threads ran meanwhile (one
+    of them holding the interpreter's lock blocks the hand-off). The rest of
     the hand-off the thread was stopped or blocked (the lab's pacer, a lock, the
     interpreter's lock held by another thread). The mark itself does not travel."""
     mark = rec.pop("wait0", None)
     if not same_thread or mark is None:
         return
-    w0, c0 = mark
-    rec["handoff_cpu_ms"] = (time.thread_time_ns() - c0) / 1e6
+    w0, c0, p0 = mark
+    mine = time.thread_time_ns() - c0
+    rec["handoff_cpu_ms"] = mine / 1e6
+    rec["handoff_others_cpu_ms"] = max(0, time.process_time_ns() - p0 - mine) / 1e6
     if w0 is not None and (w1 := cpu_wait_ns()) is not None:
         rec["cpu_wait_ms"] = (w1 - w0) / 1e6

@@ -147,7 +147,8 @@ def stage_rows(c: Any, config: str, mode: str) -> list[dict[str, Any]]:
             "t_arrive_ms": _ms(r.get("t_arrive")), "t_start_ms": _ms(r.get("t_start")),
             "t_end_ms": _ms(r.get("t_end")), "t_sent_ms": _ms(r.get("t_sent")),
             "cpu_wait_ms": r.get("cpu_wait_ms"),
-            "handoff_cpu_ms": r.get("handoff_cpu_ms"), "error": c.error or "",
+            "handoff_cpu_ms": r.get("handoff_cpu_ms"),
+            "handoff_others_cpu_ms": r.get("handoff_others_cpu_ms"), "error": c.error or "",
         })
     return rows
 

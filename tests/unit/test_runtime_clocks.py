@@ -64,6 +64,6 @@ def test_each_thread_reads_its_own_wait_and_a_hand_off_records_it_only_on_one_th
     rec = {"wait0": handoff_mark()}
     handoff_wait(rec, same_thread=False)  # throughput mode's send thread: not its wait
     assert rec == {}
-    rec = {"wait0": (None, time.thread_time_ns())}
-    handoff_wait(rec, same_thread=True)  # no schedstat: the thread's own CPU alone
-    assert set(rec) == {"handoff_cpu_ms"}
+    rec = {"wait0": (None, time.thread_time_ns(), time.process_time_ns())}
+    handoff_wait(rec, same_thread=True)  # no schedstat: the CPU clocks alone
+    assert set(rec) == {"handoff_cpu_ms", "handoff_others_cpu_ms"}
