@@ -157,6 +157,7 @@ class ChainServer:
         route = Route.from_header(header)
         hop = rec["hop"]
         last = hop == route.k - 1
+        piped = bool(header.get("pipe"))  # the request's mode (a reply's header has none)
         if last or job.error:
             outs = {} if job.error else {f"out{i}": t for i, t in
                                          enumerate(flatten_output(job.out))}
@@ -165,7 +166,7 @@ class ChainServer:
                      "cpu_ms": rec.get("cpu_ms"), "layers": rec.get("layers", [])}
             if job.error:
                 reply["error"] = f"{self.owner.instance}: {job.error}"
-            self._send(job.upstream, reply, outs, rec)
+            self._send(job.upstream, reply, outs, rec, piped)
             self.served += 1
             return
         nxt = route.route[hop + 1]
@@ -181,17 +182,17 @@ class ChainServer:
             self.pending[key] = (job.upstream, rec)
             self._expect(nxt)
         try:
-            self._send(down, {**header, "hop": hop + 1}, job.out, rec)
+            self._send(down, {**header, "hop": hop + 1}, job.out, rec, piped)
         except BaseException:
             with self._owes:  # nothing was sent: nothing is owed
                 if self.pending.pop(key, None) is not None:
                     self.owed[nxt] = max(0, self.owed.get(nxt, 0) - 1)
             raise
 
-    def _send(self, ch: Any, header: dict, tensors: dict, rec: dict) -> None:
+    def _send(self, ch: Any, header: dict, tensors: dict, rec: dict, piped: bool) -> None:
         # latency mode computes and sends on the frame's own thread; throughput mode's
         # send thread is another, and its wait for that thread is the budget's queue
-        handoff_wait(rec, same_thread=not header.get("pipe"))
+        handoff_wait(rec, same_thread=not piped)
         sent = ch.send(header, tensors)
         rec.update(t_sent=time.perf_counter_ns(), encode_ms=sent.encode_ms, send_ms=sent.send_ms,
                    bytes_raw=sent.raw_bytes, bytes_encoded=sent.encoded_bytes)
