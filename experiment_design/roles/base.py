@@ -62,6 +62,10 @@ from experiment_design.tasks import create_task
 
 log = logging.getLogger(__name__)
 
+#: how long the next task waits for a finished task's thread to end (its state is already
+#: out; what is left is the thread's own exit)
+TASK_EXIT_S = 5.0
+
 
 class ParticipantService(rpyc.Service):
     """Base of all roles: model set-up, task runner, outbox of records, logs, lifecycle.
@@ -363,7 +367,11 @@ class ParticipantService(rpyc.Service):
     def exposed_start_task(self, spec: TaskStart) -> TaskStarted:
         """Start ``{"task": name, "params": {...}}`` in a background thread."""
         with self._lock:
-            if self._task_thread is not None and self._task_thread.is_alive():
+            thread, running = self._task_thread, self._state == "running"
+        if thread is not None and thread.is_alive():
+            if not running:  # its state is out: the thread is only ending (a poll that
+                thread.join(TASK_EXIT_S)  # saw "done" can start the next one at once)
+            if thread.is_alive():
                 raise TracrError(f"{self.instance}: task '{self._task_name}' is still running")
         task = create_task(spec.task, **spec.params)
         heap.settle()  # collected here, not inside the task's first measurements

@@ -121,6 +121,32 @@ def test_sweep_rows_layers_and_exact_outputs(pair):
     assert st["state"] == "done"
 
 
+def test_the_next_task_starts_at_once_after_a_poll_saw_the_last_one_done(pair, monkeypatch):
+    """A task's state is published before its thread has ended: a poll that reads "done"
+    and starts the next task at once met a thread still alive (under load, two sweeps of
+    one ``make test`` failed with "task 'infer-dataset' is still running"). The next task
+    waits for a finished task's thread to end; one still running is still refused."""
+    from experiment_design.errors import TracrError
+
+    edge, cloud, einfo, _ = pair
+    edge.exposed_prepare_partitioner("{}")
+    run = edge._run_task
+
+    def slow_to_end(task):
+        run(task)
+        time.sleep(0.5)  # the thread's own exit, after its state is out
+
+    monkeypatch.setattr(edge, "_run_task", slow_to_end)
+    k = einfo["valid_splits"][-1]
+    edge.exposed_start_task(json.dumps({"task": "infer-one", "params": {"index": 1, "split": k}}))
+    assert wait_state(edge)["state"] == "done"
+    edge.exposed_start_task(json.dumps({"task": "finish"}))  # the code before: refused
+    assert wait_state(edge)["state"] == "done"
+    cloud.exposed_start_task(json.dumps({"task": "wait", "params": {"timeout_s": 30}}))
+    with pytest.raises(TracrError, match="still running"):
+        cloud.exposed_start_task(json.dumps({"task": "finish"}))
+
+
 def test_infer_one_and_profile(pair):
     edge, cloud, einfo, _ = pair
     edge.exposed_prepare_partitioner("{}")
