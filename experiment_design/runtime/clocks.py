@@ -36,7 +36,9 @@ class _Schedstat:
         self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
 
     def __del__(self) -> None:
-        os.close(self.fd)
+        fd = getattr(self, "fd", None)  # None: the open failed (no /proc)
+        if fd is not None:
+            os.close(fd)
 
 
 _SCHEDSTAT = threading.local()

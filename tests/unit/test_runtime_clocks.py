@@ -42,6 +42,7 @@ def test_a_thread_sharing_its_cpu_with_a_busy_process_waits_on_the_run_queue():
     finally:
         hog.kill()
         hog.wait()
+        hog.stdout.close()
     assert os.sched_getaffinity(0) == before  # the test's own thread was not pinned
     assert result["wait"] >= 0.2 * result["wall"], result
 
@@ -67,3 +68,23 @@ def test_each_thread_reads_its_own_wait_and_a_hand_off_records_it_only_on_one_th
     rec = {"wait0": (None, time.thread_time_ns(), time.process_time_ns())}
     handoff_wait(rec, same_thread=True)  # no schedstat: the CPU clocks alone
     assert set(rec) == {"handoff_cpu_ms", "handoff_others_cpu_ms"}
+
+
+def test_without_schedstat_the_wait_is_none_and_never_tried_again(monkeypatch, recwarn):
+    """A kernel without ``/proc/thread-self/schedstat`` (or no ``/proc``: macOS): None,
+    once, quietly (a file object that never opened closes nothing)."""
+    from experiment_design.runtime import clocks
+
+    monkeypatch.setattr(clocks, "_MISSING", [])
+    opened = []
+
+    def no_proc(path, *a, **k):
+        opened.append(path)
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(clocks.os, "open", no_proc)
+    got = []
+    t = threading.Thread(target=lambda: got.extend([cpu_wait_ns(), cpu_wait_ns()]))
+    t.start()
+    t.join()
+    assert got == [None, None] and len(opened) == 1
