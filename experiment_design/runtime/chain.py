@@ -101,7 +101,7 @@ class ChainHead:
             out, layers = run_range(sm, 0, b, {sm.points[0].crossing[0]: x}, timed=True,
                                     last=route.k == 1)
             rec["t_end"], c1 = clocks()
-        rec["wait0"] = handoff_mark()
+        rec["handoff0"] = handoff_mark()
         rec.update(compute_ms=(rec["t_end"] - rec["t_start"]) / 1e6, cpu_ms=(c1 - c0) / 1e6,
                    layers=[[int(i), float(ms)] for i, ms in layers])
         c.outputs = out  # crossing tensors, or the output when the head runs everything

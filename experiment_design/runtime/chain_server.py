@@ -133,7 +133,7 @@ class ChainServer:
                 out, layers = run_range(sm, a, b, tensors, timed=True,
                                         last=rec["hop"] == route.k - 1)
                 rec["t_end"], c1 = clocks()
-            rec["wait0"] = handoff_mark()
+            rec["handoff0"] = handoff_mark()
             rec["compute_ms"] = (rec["t_end"] - rec["t_start"]) / 1e6
             rec["cpu_ms"] = (c1 - c0) / 1e6
             rec["layers"] = [[int(i), float(ms)] for i, ms in layers]

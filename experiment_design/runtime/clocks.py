@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import threading
 import time
+
+from experiment_design.runtime.procstat import cpu_wait_ns
 
 
 def clocks() -> tuple[int, int]:
@@ -26,66 +26,22 @@ def clocks() -> tuple[int, int]:
     return time.perf_counter_ns(), cpu
 
 
-class _Schedstat:
-    """A thread's own ``schedstat`` file, open while the thread lives (its thread-local
-    goes with the thread, and closes the file)."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self) -> None:
-        self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-
-    def __del__(self) -> None:
-        fd = getattr(self, "fd", None)  # None: the open failed (no /proc)
-        if fd is not None:
-            os.close(fd)
-
-
-_SCHEDSTAT = threading.local()
-
-
-def cpu_wait_ns() -> int | None:
-    """The calling thread's run-queue wait so far, in ns: the time it was ready to run and
-    waited for a CPU (the second field of ``/proc/thread-self/schedstat``, the kernel's
-    scheduler clock); None where the kernel does not keep it (not Linux, no
-    ``CONFIG_SCHED_INFO``).
-
-    Two reads on one thread bound the wait between them: a stage reads it at the end of
-    its compute and again just before its send, so the budget can tell a hand-off that
-    waited for a CPU (lab hosts that share one, a busy machine) from time no timer
-    explains. A read is a ``pread`` of a file the thread keeps open: about 1.5 us."""
-    if _MISSING:
-        return None
-    f = getattr(_SCHEDSTAT, "file", None)
-    try:
-        if f is None:
-            f = _SCHEDSTAT.file = _Schedstat()
-        return int(os.pread(f.fd, 128, 0).split()[1])
-    except (OSError, IndexError, ValueError):
-        _MISSING.append(True)
-        return None
-
-
-#: not empty once a read failed: this kernel keeps no schedstat, and none is tried again
-_MISSING: list[bool] = []
-
-
 def handoff_mark() -> tuple[int | None, int, int]:
-    """At a compute's end: the thread's run-queue wait, its own CPU clock and its
+    """At a compute's end: the thread's run-queue wait
+    (:func:`~experiment_design.runtime.procstat.cpu_wait_ns`), its own CPU clock and its
     process's (ns), for :func:`handoff_wait` to read the hand-off by."""
     return cpu_wait_ns(), time.thread_time_ns(), time.process_time_ns()
 
 
 def handoff_wait(rec: dict, same_thread: bool) -> None:
     """Just before a stage's send, what its hand-off (from the compute's end, marked by
-    :func:`handoff_mark` in ``rec["wait0"]``) spent, when the send runs on the compute's
-    thread: ``rec["cpu_wait_ms"]``, the thread's run-queue wait (where the kernel keeps the
-    figure), ``rec["handoff_cpu_ms"]``, the CPU time the thread itself ran, and
+    :func:`handoff_mark` in ``rec["handoff0"]``) spent, when the send runs on the
+    compute's thread: ``rec["cpu_wait_ms"]``, the thread's run-queue wait (where the kernel
+    keeps the figure), ``rec["handoff_cpu_ms"]``, the CPU time the thread itself ran, and
     ``rec["handoff_others_cpu_ms"]``, what the process's other threads ran meanwhile (one
-    of them holding the interpreter's lock blocks the hand-off). The rest of
-    the hand-off the thread was stopped or blocked (the lab's pacer, a lock, the
-    interpreter's lock held by another thread). The mark itself does not travel."""
-    mark = rec.pop("wait0", None)
+    of them holding the interpreter's lock blocks the hand-off). The rest of the hand-off
+    the thread was stopped (the lab's pacer) or blocked. The mark itself does not travel."""
+    mark = rec.pop("handoff0", None)
     if not same_thread or mark is None:
         return
     w0, c0, p0 = mark

@@ -55,17 +55,17 @@ def test_each_thread_reads_its_own_wait_and_a_hand_off_records_it_only_on_one_th
     for t in ts:
         t.join()
     assert len(waits) == 3 and all(isinstance(w, int) and w >= 0 for w in waits)
-    rec = {"wait0": handoff_mark()}
+    rec = {"handoff0": handoff_mark()}
     t0 = time.thread_time()
     while time.thread_time() - t0 < 0.02:  # the hand-off's own work: 20 ms of CPU
         pass
     handoff_wait(rec, same_thread=True)
-    assert "wait0" not in rec and rec["cpu_wait_ms"] >= 0  # the mark does not travel
+    assert "handoff0" not in rec and rec["cpu_wait_ms"] >= 0  # the mark does not travel
     assert rec["handoff_cpu_ms"] >= 20
-    rec = {"wait0": handoff_mark()}
+    rec = {"handoff0": handoff_mark()}
     handoff_wait(rec, same_thread=False)  # throughput mode's send thread: not its wait
     assert rec == {}
-    rec = {"wait0": (None, time.thread_time_ns(), time.process_time_ns())}
+    rec = {"handoff0": (None, time.thread_time_ns(), time.process_time_ns())}
     handoff_wait(rec, same_thread=True)  # no schedstat: the CPU clocks alone
     assert set(rec) == {"handoff_cpu_ms", "handoff_others_cpu_ms"}
 
@@ -73,16 +73,16 @@ def test_each_thread_reads_its_own_wait_and_a_hand_off_records_it_only_on_one_th
 def test_without_schedstat_the_wait_is_none_and_never_tried_again(monkeypatch, recwarn):
     """A kernel without ``/proc/thread-self/schedstat`` (or no ``/proc``: macOS): None,
     once, quietly (a file object that never opened closes nothing)."""
-    from experiment_design.runtime import clocks
+    from experiment_design.runtime import procstat
 
-    monkeypatch.setattr(clocks, "_MISSING", [])
+    monkeypatch.setattr(procstat, "_NO_SCHEDSTAT", [])
     opened = []
 
     def no_proc(path, *a, **k):
         opened.append(path)
         raise FileNotFoundError(path)
 
-    monkeypatch.setattr(clocks.os, "open", no_proc)
+    monkeypatch.setattr(procstat.os, "open", no_proc)
     got = []
     t = threading.Thread(target=lambda: got.extend([cpu_wait_ns(), cpu_wait_ns()]))
     t.start()
